@@ -690,3 +690,20 @@ def test_distributions_pass_in_and_out_of_compiled_code_as_their_tensors():
     for got, want in zip(runs[True], runs[False]):
         for g, w in zip(got, want):
             np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-7)
+
+
+def test_low_rank_normal_expands_and_has_the_normal_kl():
+    """LowRankMultivariateNormal.expand broadcasts loc, cov_factor and an unbatched
+    cov_diag to the new batch (the generic expand took cov_diag's own dims as batch dims);
+    kl_divergence between two is the Gaussians' (through MultivariateNormal's rule)."""
+    loc, factor, diag = real(2, 3), real(2, 3, 2), pos(3)
+    value = real(4, 2, 3)
+
+    def stats(lib, ts):
+        D = lib.distributions
+        p = D.LowRankMultivariateNormal(ts[0], ts[1], ts[2])
+        q = D.LowRankMultivariateNormal(ts[0] * 0.5, ts[1] * 0.5, ts[2] * 2)
+        e = p.expand((4, 2))
+        return lib.cat([e.log_prob(lib.tensor(value)).flatten(), e.entropy().flatten(),
+                        e.variance.flatten(), D.kl_divergence(p, q)])
+    _compare(stats, [loc, factor, diag])

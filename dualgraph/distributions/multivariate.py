@@ -137,6 +137,13 @@ class LowRankMultivariateNormal(MultivariateNormal):
             + index_ops.diag_embed(cov_diag)
         super().__init__(loc, covariance_matrix=covariance, validate_args=validate_args)
 
+    def expand(self, batch_shape, _instance=None):
+        batch, event = tuple(batch_shape), tuple(self.event_shape)
+        return LowRankMultivariateNormal(
+            shape_ops.expand(self.loc, batch + event),
+            shape_ops.expand(self.cov_factor, batch + tuple(self.cov_factor.shape[-2:])),
+            shape_ops.expand(self.cov_diag, batch + event), validate_args=False)
+
     @property
     def variance(self):
         variance = red.sum(self.cov_factor ** 2, -1) + self.cov_diag
