@@ -9,7 +9,7 @@ composition dualgraph already has, so gradients, capture and export are theirs. 
 queries and small compositions with no op of their own: ``is_same_size``, ``is_nonzero``,
 ``rsub``, ``range`` (the end included), ``unravel_index``, ``vander``, ``gradient``
 (NumPy's central differences), the ``*_scatter`` ops (a copy with a view of it written),
-``unique_consecutive``, and, for dualgraph's real dtypes, ``real`` / ``conj`` /
+and, for dualgraph's real dtypes, ``real`` / ``conj`` /
 ``resolve_conj`` / ``resolve_neg`` (the tensor itself, as torch's are for real tensors) and
 ``is_complex`` (False).
 
@@ -42,7 +42,7 @@ __all__ = ["layer_norm", "group_norm", "batch_norm", "instance_norm", "rms_norm"
            "poisson_nll_loss", "triplet_margin_loss", "ctc_loss", "pdist", "constant_pad_nd",
            "max_pool1d_with_indices", "adaptive_max_pool1d", "rsub", "scalar_tensor", "fill",
            "range", "split_with_sizes", "argwhere", "unravel_index", "chain_matmul", "addbmm",
-           "unique_consecutive", "select_scatter", "slice_scatter", "diagonal_scatter",
+           "select_scatter", "slice_scatter", "diagonal_scatter",
            "vander", "gradient", "ldexp", "randint_like", "empty_strided", "is_same_size",
            "is_nonzero", "is_signed", "is_complex", "is_conj", "is_neg", "real", "conj",
            "resolve_conj", "resolve_neg", "is_anomaly_enabled", "set_anomaly_enabled",
@@ -325,37 +325,6 @@ def diagonal_scatter(input, src, offset=0, dim1=0, dim2=1):
     return out
 
 
-def unique_consecutive(input, return_inverse=False, return_counts=False, dim=None):
-    """The elements (or slices along ``dim``) of ``input`` with each run of equal ones
-    kept once, as ``itertools.groupby``; with ``return_inverse`` each element's run, with
-    ``return_counts`` each run's length (the data-dependent length: an eager op, a graph
-    break where captured, as ``unique``)."""
-    if dim is None:
-        flat = input.reshape(-1)
-        starts = ew.ne(flat[1:], flat[:-1])
-        moved = flat
-    else:
-        dim = dim % input.ndim
-        moved = shape_ops.movedim(input, dim, 0)
-        rows = moved.reshape(moved.shape[0], -1)
-        starts = red.any(ew.ne(rows[1:], rows[:-1]), 1) if rows.shape[1] else (
-            creation.zeros(max(rows.shape[0] - 1, 0), dtype=dtypes.bool_))
-    n = moved.shape[0]
-    first = creation.ones(min(n, 1), dtype=dtypes.bool_)
-    keep = shape_ops.cat([first, starts])
-    (positions,) = nonzero(keep, as_tuple=True)
-    values = moved.index_select(0, positions)
-    values = values if dim is None else shape_ops.movedim(values, 0, dim)
-    results = [values]
-    if return_inverse:
-        run = ew.sub(red.cumsum(keep.to(dtypes.int64), 0), 1)
-        results.append(run.reshape(tuple(input.shape)) if dim is None else run)
-    if return_counts:
-        ends = shape_ops.cat([positions[1:], creation.tensor([n], dtype=dtypes.int64)])
-        results.append(ew.sub(ends, positions))
-    return results[0] if len(results) == 1 else tuple(results)
-
-
 # --- NumPy-like ---------------------------------------------------------------------------
 
 def vander(x, N=None, increasing=False):
@@ -552,7 +521,7 @@ METHODS = {
     "real": property(real), "imag": property(_imag),
     "adjoint": _adjoint, "mH": property(_adjoint), "H": property(_conjugate_transpose),
     "argwhere": argwhere, "split_with_sizes": split_with_sizes,
-    "new_empty_strided": _new_empty_strided, "unique_consecutive": unique_consecutive,
+    "new_empty_strided": _new_empty_strided,
     "select_scatter": select_scatter, "slice_scatter": slice_scatter,
     "diagonal_scatter": diagonal_scatter,
 }

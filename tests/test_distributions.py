@@ -101,6 +101,10 @@ CASES = {
                       "log_prob entropy variance scale_tril"),
     "MVNPrecision": (lambda D, m, a: D.MultivariateNormal(m, precision_matrix=_spd(D.lib, a)),
                      [real(3), real(3, 3) * 0.3], real(4, 3), "log_prob entropy variance"),
+    "LowRankMVN": (lambda D, m, w, d: D.LowRankMultivariateNormal(m, w, d),
+                   [real(2, 3), real(2, 3, 2), pos(3)], real(4, 2, 3),
+                   "log_prob entropy mean variance covariance_matrix scale_tril "
+                   "precision_matrix"),
     "TanhNormal": (lambda D, m, s: D.TransformedDistribution(
         D.Normal(m, s), [D.AffineTransform(0.5, 2.0), D.TanhTransform()]),
         [real(3), pos(3)], unit(3) * 1.6 - 0.8, "log_prob"),
@@ -307,6 +311,12 @@ def test_vector_samples_shapes_and_moments():
     cov = dg.tensor([[2.0, 0.6], [0.6, 1.0]], dtype=dg.float64)
     m = D.MultivariateNormal(dg.tensor([1.0, -1.0], dtype=dg.float64), covariance_matrix=cov)
     y = m.rsample((20000,)).numpy()
+    np.testing.assert_allclose(np.cov(y.T), cov.numpy(), atol=0.06)
+    np.testing.assert_allclose(y.mean(0), [1.0, -1.0], atol=0.05)
+    low = D.LowRankMultivariateNormal(dg.tensor([1.0, -1.0], dtype=dg.float64),
+                                      dg.tensor([[1.0], [0.6]], dtype=dg.float64),
+                                      dg.tensor([1.0, 0.64], dtype=dg.float64))
+    y = low.rsample((20000,)).numpy()
     np.testing.assert_allclose(np.cov(y.T), cov.numpy(), atol=0.06)
     np.testing.assert_allclose(y.mean(0), [1.0, -1.0], atol=0.05)
     counts_ = D.Multinomial(10, probs=dg.tensor([0.2, 0.3, 0.5])).sample((4000,))
@@ -680,3 +690,20 @@ def test_distributions_pass_in_and_out_of_compiled_code_as_their_tensors():
     for got, want in zip(runs[True], runs[False]):
         for g, w in zip(got, want):
             np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-7)
+
+
+def test_low_rank_normal_expands_and_has_the_normal_kl():
+    """LowRankMultivariateNormal.expand broadcasts loc, cov_factor and an unbatched
+    cov_diag to the new batch (the generic expand took cov_diag's own dims as batch dims);
+    kl_divergence between two is the Gaussians' (through MultivariateNormal's rule)."""
+    loc, factor, diag = real(2, 3), real(2, 3, 2), pos(3)
+    value = real(4, 2, 3)
+
+    def stats(lib, ts):
+        D = lib.distributions
+        p = D.LowRankMultivariateNormal(ts[0], ts[1], ts[2])
+        q = D.LowRankMultivariateNormal(ts[0] * 0.5, ts[1] * 0.5, ts[2] * 2)
+        e = p.expand((4, 2))
+        return lib.cat([e.log_prob(lib.tensor(value)).flatten(), e.entropy().flatten(),
+                        e.variance.flatten(), D.kl_divergence(p, q)])
+    _compare(stats, [loc, factor, diag])

@@ -144,11 +144,31 @@ ROUND_13 = ["segnet_unpool", "deepfm_pnn", "custom_function_ctx", "deep_ensemble
 ROUND_14 = ["hifigan_vocoder", "longformer_window", "monotonic_align", "rotate_kg",
             "informer_probsparse", "hparam_search", "grad_hooks_unused", "query_decoder_mha",
             "prune_utils", "tacotron_location"]
+# (and the fifteenth round's: a mixture density network of MixtureSameFamily(Categorical,
+# Independent(Normal)) with tensor_split heads, Adamax and ExponentialLR; REINFORCE over
+# Dirichlet, Categorical, OneHotCategorical and LowRankMultivariateNormal policies with
+# returns by reversed cumsum; learning to rank (ListMLE by logcumsumexp over take_along_dim,
+# RankNet pairs from cartesian_prod, index_fill_ masks, RAdam, PolynomialLR); a classic
+# convnet (ConstantPad2d, LocalResponseNorm, LPPool2d, AdaptiveMaxPool2d, CELU, Softmax2d,
+# torch.roll and five interpolate modes, MultiMarginLoss, Rprop); torch.func's
+# vmap(grad(...)) over functional_call with a look-ahead hypergradient and
+# autograd.functional's vjp, jacobian and hessian; Deep Sets over flat segments
+# (repeat_interleave, index_add_, scatter_reduce amax, pad_sequence, in-place writes on
+# views, CosineEmbeddingLoss); nn.Transformer translation with generated square masks,
+# label smoothing with ignore_index, accumulation, per-group OneCycleLR and an ellipsis
+# einsum; DINO's multi-crop wrapper (unique_consecutive, cat onto torch.empty(0)), EMA
+# teacher, rebound center buffer and NumPy schedules written into param_groups; a running
+# quantizer (buffers written in forward, quantile edges, bucketize, ModuleDict heads by a
+# string attribute, weighted torch.cov); an LSTM language model over
+# AdaptiveLogSoftmaxWithLoss)
+ROUND_15 = ["mdn_mixture", "reinforce_dirichlet", "listwise_rank", "alexnet_lrn",
+            "func_hypergrad", "set_segments", "nmt_label_smooth", "dino_multicrop",
+            "running_quantizer", "adaptive_softmax_lm"]
 FEWER_STEPS = dict.fromkeys(["vit", "unet", "actor_critic", "siamese", "super_resolution",
                              "time_sequence", "gcn"] + NEW_PROGRAMS + ROUND_2 + ROUND_3, 6)
 FEWER_STEPS.update(dict.fromkeys(ROUND_4 + ROUND_5 + ROUND_6 + ROUND_7 + ROUND_8 + ROUND_9
                                  + ROUND_10 + ROUND_11 + ROUND_12 + ROUND_13 + ROUND_14
-                                 + ["bf16_autocast"],
+                                 + ROUND_15 + ["bf16_autocast"],
                                  4))
 
 
@@ -171,7 +191,7 @@ PROGRAMS = ["gpt", "mnist_cnn", "word_lm", "vae", "dcgan", "resnet_cifar", "seq2
             "vit", "unet", "actor_critic", "siamese", "super_resolution", "time_sequence",
             "gcn", "spatial_transformer", "sentiment_packed"] + NEW_PROGRAMS + ROUND_2 + ROUND_3 \
     + ROUND_4 + ROUND_5 + ROUND_6 + ROUND_7 + ROUND_8 + ROUND_9 + ROUND_10 + ROUND_11 + ROUND_12 \
-    + ROUND_13 + ROUND_14
+    + ROUND_13 + ROUND_14 + ROUND_15
 # graphs a program may need beyond the three below: resnet_cifar's second optimiser has a
 # per-epoch schedule, whose one change retraces (a second would make that lr an input)
 # word_lm's transformer makes its causal mask anew when the batch length changes (the last
@@ -250,7 +270,9 @@ EXTRA_GRAPHS = {"hparam_search": 1, "grad_hooks_unused": 1,
 # box_coder_ap's step gathers its positives by ``nonzero(m >= 0, as_tuple=True)`` and
 # scores the anchors that are not ignored by a boolean mask (data-dependent sizes, as
 # TorchDynamo breaks there too)
-BREAKS = {"box_coder_ap": 2, "guided_backprop": 1, "optimizer_in_backward": 1,
+# dino_multicrop clips each parameter's gradient ``if clip_coef < 1`` (DINO's
+# clip_gradients: a tensor's truth value, as TorchDynamo breaks there too)
+BREAKS = {"dino_multicrop": 1, "box_coder_ap": 2, "guided_backprop": 1, "optimizer_in_backward": 1,
           "gain_imputer": 1, "pillars": 2, "center_loss": 1, "unet": 1, "actor_critic": 1, "metric_learning": 1, "chatbot_attention": 12}
 # breaks in a program's model, so in both modes: moe's token dispatch ``torch.where(selected
 # == e)`` and its ``bincount`` have data-dependent sizes (TorchDynamo breaks there too);
@@ -261,7 +283,11 @@ BREAKS = {"box_coder_ap": 2, "guided_backprop": 1, "optimizer_in_backward": 1,
 # and unpacks by the packed batch sizes (TorchDynamo breaks at packed sequences too)
 # rotate_kg's scoring reads its frozen Parameters gamma and embedding_range with
 # ``.item()`` (the reference code's), through the model passed to the compiled step too
-MODEL_BREAKS = {"rotate_kg": 2, "rnn_tagger": 2, "moe": 2, "moco": 1, "glow": 1}
+# set_segments makes its segment ids by ``repeat_interleave`` of the set sizes and splits
+# by ``sizes.tolist()`` (sizes that depend on the data); dino_multicrop's multi-crop
+# wrapper groups crops by ``unique_consecutive`` and slices by each group's end, a tensor
+# (data-dependent sizes and a value read: TorchDynamo breaks at both too)
+MODEL_BREAKS = {"set_segments": 2, "dino_multicrop": 2, "rotate_kg": 2, "rnn_tagger": 2, "moe": 2, "moco": 1, "glow": 1}
 # breaks in the compiled model only: gradcam's forward hook registers a tensor hook that
 # keeps each gradient, which a compiled forward (its backward run outside the graph) can't
 # do at every call (TorchDynamo breaks at such a hook too); its compiled step's model is

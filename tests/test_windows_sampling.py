@@ -82,14 +82,14 @@ def test_affine_grid_matches_torch(size, align):
     compare(lambda lib, F, t: F.affine_grid(t, size, align_corners=align), _x(2, k, k + 1))
 
 
-@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
 @pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
 @pytest.mark.parametrize("align", [False, True])
 def test_grid_sample_matches_torch(mode, padding, align):
     grid = RNG.uniform(-1.4, 1.4, (2, 5, 6, 2))   # (some positions outside the image)
     compare(lambda lib, F, x, g: F.grid_sample(x, g, mode=mode, padding_mode=padding,
                                                align_corners=align),
-            _x(2, 3, 4, 7), grid, grads=[0, 1] if mode == "bilinear" else [0])
+            _x(2, 3, 4, 7), grid, grads=[0] if mode == "nearest" else [0, 1])
 
 
 @pytest.mark.parametrize("mode", ["bilinear", "nearest"])
@@ -134,8 +134,8 @@ def test_bad_arguments_raise_clear_errors():
     F = dg.nn.functional
     with pytest.raises(ValueError, match=r"expected theta of shape \(2, 2, 3\)"):
         F.affine_grid(dg.zeros(2, 3, 4), (2, 1, 4, 4))
-    with pytest.raises(NotImplementedError, match="bicubic"):
-        F.grid_sample(dg.zeros(1, 1, 4, 4), dg.zeros(1, 2, 2, 2), mode="bicubic")
+    with pytest.raises(ValueError, match="'bilinear', 'nearest' or 'bicubic'"):
+        F.grid_sample(dg.zeros(1, 1, 4, 4), dg.zeros(1, 2, 2, 2), mode="cubic")
     with pytest.raises(ValueError, match=r"grid \(N, Ho, Wo, 2\)"):
         F.grid_sample(dg.zeros(1, 1, 4, 4), dg.zeros(2, 2, 2, 2))
     with pytest.raises(ValueError, match=r"grid \(N, Do, Ho, Wo, 3\)"):
@@ -171,6 +171,23 @@ def test_a_3d_cnn_step_and_a_warp_compile_equal_to_eager():
     np.testing.assert_allclose(results[1][0], results[0][0], rtol=1e-5)
     for a, b in zip(results[1][1], results[0][1]):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+def test_bicubic_grid_sample_compiles_equal_to_eager(padding):
+    x = _x(2, 3, 5, 6).astype(np.float32)
+    grid = RNG.uniform(-1.3, 1.3, (2, 4, 3, 2)).astype(np.float32)
+
+    def sample(x, g):
+        out = dg.nn.functional.grid_sample(x, g, mode="bicubic", padding_mode=padding,
+                                           align_corners=True)
+        return out, dg.autograd.grad((out * out).sum(), [x, g])
+    results = []
+    for fn in (sample, dg.compile(sample)):
+        out, grads = fn(dg.tensor(x, requires_grad=True), dg.tensor(grid, requires_grad=True))
+        results.append([out.detach().numpy()] + [g.numpy() for g in grads])
+    for got, want in zip(results[1], results[0]):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
 def test_in_place_relu_after_max_pool_matches_torch():

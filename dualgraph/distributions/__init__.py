@@ -32,7 +32,8 @@ from .discrete import (Bernoulli, Binomial, Categorical, Geometric, Multinomial,
 from .distribution import Distribution
 from .gamma import Beta, Chi2, Dirichlet, Gamma, StudentT
 from .kl import kl_divergence, register_kl
-from .multivariate import Independent, MixtureSameFamily, MultivariateNormal
+from .multivariate import (Independent, LowRankMultivariateNormal, MixtureSameFamily,
+                           MultivariateNormal)
 from .relaxed import RelaxedBernoulli, RelaxedOneHotCategorical
 from .transforms import (AffineTransform, ComposeTransform, ExpTransform, SigmoidTransform,
                          TanhTransform, Transform, TransformedDistribution)
@@ -51,7 +52,8 @@ _SUBMODULES = {
     "geometric": discrete, "poisson": discrete, "binomial": discrete,
     "multinomial": discrete, "negative_binomial": discrete, "utils": distribution,
     "gamma": gamma, "chi2": gamma, "beta": gamma, "dirichlet": gamma, "studentT": gamma,
-    "multivariate_normal": multivariate, "independent": multivariate,
+    "multivariate_normal": multivariate, "lowrank_multivariate_normal": multivariate,
+    "independent": multivariate,
     "mixture_same_family": multivariate,
     "relaxed_bernoulli": relaxed, "relaxed_categorical": relaxed,
     "transformed_distribution": transforms,

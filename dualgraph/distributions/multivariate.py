@@ -1,5 +1,5 @@
-"""Distributions over vectors and built from others: MultivariateNormal, Independent,
-MixtureSameFamily."""
+"""Distributions over vectors and built from others: MultivariateNormal,
+LowRankMultivariateNormal, Independent, MixtureSameFamily."""
 from __future__ import annotations
 
 import math
@@ -10,7 +10,8 @@ from ..shapes import broadcast_shapes
 from . import constraints
 from .distribution import Distribution, as_tensor, sum_rightmost
 
-__all__ = ["MultivariateNormal", "Independent", "MixtureSameFamily"]
+__all__ = ["MultivariateNormal", "LowRankMultivariateNormal", "Independent",
+           "MixtureSameFamily"]
 
 
 def _expand_batch(matrix, batch_shape):
@@ -109,6 +110,51 @@ class MultivariateNormal(Distribution):
         h = 0.5 * n * (1.0 + math.log(2 * math.pi)) + half_log_det(
             self._unbroadcasted_scale_tril)
         return shape_ops.expand(h, tuple(self.batch_shape)) if self.batch_shape else h
+
+
+class LowRankMultivariateNormal(MultivariateNormal):
+    """The Gaussian of covariance ``cov_factor @ cov_factor.mT + diag(cov_diag)``: a
+    ``MultivariateNormal`` of that covariance (its Cholesky factor, where torch works
+    through the capacitance matrix: the same values to rounding; the event sizes policies
+    and factor models use are small), whose draws add ``cov_factor`` times a normal vector of
+    the factor's rank to ``sqrt(cov_diag)`` times one of the event's size, as torch's."""
+    arg_constraints = {"loc": constraints.real_vector,
+                       "cov_factor": constraints.independent(constraints.real, 2),
+                       "cov_diag": constraints.independent(constraints.positive, 1)}
+
+    def __init__(self, loc, cov_factor, cov_diag, validate_args=None):
+        loc = as_tensor(loc)
+        cov_factor, cov_diag = as_tensor(cov_factor, loc), as_tensor(cov_diag, loc)
+        if loc.ndim < 1 or cov_factor.ndim < 2 or cov_diag.ndim < 1:
+            raise ValueError("loc and cov_diag must be at least one-dimensional and "
+                             "cov_factor at least two-dimensional")
+        n = loc.shape[-1]
+        if cov_factor.shape[-2] != n or cov_diag.shape[-1] != n:
+            raise ValueError(f"cov_factor must be a batch of matrices with shape {n} x m "
+                             f"and cov_diag a batch of vectors of size {n}")
+        self.cov_factor, self.cov_diag = cov_factor, cov_diag
+        covariance = linalg.matmul(cov_factor, linalg.mT(cov_factor)) \
+            + index_ops.diag_embed(cov_diag)
+        super().__init__(loc, covariance_matrix=covariance, validate_args=validate_args)
+
+    def expand(self, batch_shape, _instance=None):
+        batch, event = tuple(batch_shape), tuple(self.event_shape)
+        return LowRankMultivariateNormal(
+            shape_ops.expand(self.loc, batch + event),
+            shape_ops.expand(self.cov_factor, batch + tuple(self.cov_factor.shape[-2:])),
+            shape_ops.expand(self.cov_diag, batch + event), validate_args=False)
+
+    @property
+    def variance(self):
+        variance = red.sum(self.cov_factor ** 2, -1) + self.cov_diag
+        return shape_ops.expand(variance, tuple(self.batch_shape) + tuple(self.event_shape))
+
+    def rsample(self, sample_shape=()):
+        shape = self._extended(sample_shape)
+        eps_w = creation.randn(*shape[:-1], self.cov_factor.shape[-1], dtype=self.loc.dtype)
+        eps_d = creation.randn(*shape, dtype=self.loc.dtype)
+        product = linalg.matmul(self.cov_factor, shape_ops.unsqueeze(eps_w, -1))
+        return self.loc + shape_ops.squeeze(product, -1) + ew.sqrt(self.cov_diag) * eps_d
 
 
 class Independent(Distribution):

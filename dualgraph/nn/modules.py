@@ -15,8 +15,8 @@ from . import attention, containers, module, rnn
 from .attention import *  # noqa: F401,F403
 from .containers import (ModuleDict, ModuleList, ParameterDict, ParameterList,  # noqa: F401
                          Sequential)
-from .layers import (activation, conv, dropout, embedding, linear, loss, norm, pooling,
-                     resample)
+from .layers import (activation, adaptive, conv, dropout, embedding, linear, loss, norm,
+                     pooling, resample)
 from .layers import *  # noqa: F401,F403
 from .module import Module  # noqa: F401
 from .rnn import *  # noqa: F401,F403
@@ -29,7 +29,7 @@ _PATHS = {
     "instancenorm": (norm,), "normalization": (norm,), "sparse": (embedding,),
     "rnn": (rnn,), "transformer": (attention,), "distance": (loss,),
     "pixelshuffle": (resample,), "upsampling": (resample,), "padding": (resample,),
-    "fold": (conv,),
+    "fold": (conv,), "adaptive": (adaptive,),
 }
 
 

@@ -273,17 +273,44 @@ def dist(input, other, p=2):
 def cov(input, *, correction=1, fweights=None, aweights=None):
     """The covariance matrix of the variables in ``input``'s rows (observations in its
     columns; a 1-D input is one variable, giving a 0-d variance), divided by the number of
-    observations less ``correction``, as ``torch.cov`` (without weights)."""
-    if fweights is not None or aweights is not None:
-        raise NotImplementedError("cov: fweights and aweights are not supported; weight "
-                                  "the observations first")
+    observations less ``correction``, as ``torch.cov``; ``fweights`` (integer repeat
+    counts) and ``aweights`` (float importances) weight the observations, the divisor then
+    ``sum(w) - correction * sum(w * aweights) / sum(w)`` (``w`` their product)."""
     if input.ndim > 2:
         raise ValueError(f"cov(): expected input to have two or fewer dimensions but got an "
                          f"input with {input.ndim} dimensions")
     x = shape_ops.reshape(_float(input), (1, -1)) if input.ndim < 2 else _float(input)
-    centred = x - red.mean(x, 1, keepdim=True)
-    c = linalg.matmul(centred, _mT(centred)) / max(x.shape[1] - correction, 0)
+    w = _observation_weights(x.shape[1], fweights, aweights)
+    if w is None:
+        centred = x - red.mean(x, 1, keepdim=True)
+        c = linalg.matmul(centred, _mT(centred)) / max(x.shape[1] - correction, 0)
+    else:
+        w = w.to(x.dtype)
+        total = red.sum(w)
+        centred = x - shape_ops.reshape(red.sum(x * w, 1) / total, (-1, 1))
+        divisor = total - (correction * red.sum(w * aweights.to(x.dtype)) / total
+                           if aweights is not None and correction else correction)
+        c = linalg.matmul(centred, _mT(centred * w)) / ew.clamp(divisor, min=0)
     return shape_ops.reshape(c, ()) if input.ndim < 2 else c
+
+
+def _observation_weights(n, fweights, aweights):
+    """The product of ``cov``'s weights (None without any), after torch's checks of their
+    shapes and dtypes."""
+    for name, weights, floating in (("fweights", fweights, False),
+                                    ("aweights", aweights, True)):
+        if weights is None:
+            continue
+        if weights.ndim > 1 or weights.numel() != n:
+            raise ValueError(f"cov(): expected {name} to have one dimension and {n} "
+                             f"elements (the observations), got shape {tuple(weights.shape)}")
+        if weights.is_floating_point() != floating:
+            raise TypeError(f"cov(): expected {name} to have "
+                            f"{'floating point' if floating else 'integral'} dtype but got "
+                            f"{weights.dtype}")
+    if fweights is None:
+        return aweights
+    return fweights if aweights is None else fweights * aweights
 
 
 def corrcoef(input):

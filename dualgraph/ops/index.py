@@ -33,7 +33,8 @@ from .opdef import defop
 
 __all__ = ["gather", "scatter", "scatter_add", "index_select", "index_add", "index_put",
            "masked_fill", "masked_select", "tril", "triu", "take_along_dim", "topk", "sort",
-           "quantile", "argsort", "nonzero", "one_hot", "pad", "repeat_interleave", "unique", "diag",
+           "quantile", "argsort", "nonzero", "one_hot", "pad", "repeat_interleave", "unique",
+           "unique_consecutive", "diag",
            "diagonal", "bincount", "searchsorted", "bucketize", "diag_embed", "index_fill",
            "index_copy", "scatter_reduce", "masked_scatter", "kthvalue", "cummax", "cummin"]
 
@@ -1303,6 +1304,31 @@ def unique(input, sorted=True, return_inverse=False, return_counts=False, dim=No
     return out[0] if len(out) == 1 else tuple(out)
 
 
+def unique_consecutive(input, return_inverse=False, return_counts=False, dim=None):
+    """``input`` with each run of equal consecutive values (slices along ``dim``) kept
+    once, as ``torch.unique_consecutive``; ``return_inverse`` maps each entry to its run,
+    ``return_counts`` gives each run's length. Data-dependent, so it runs eagerly only.
+
+    >>> dg.unique_consecutive(dg.tensor([8, 8, 4, 8]), return_counts=True)
+    (tensor([8, 4, 8]), tensor([2, 1, 1]))
+    """
+    data = input._concrete("unique_consecutive()")
+    axis = 0 if dim is None else normalize_dim(dim, data.ndim)
+    rows = data.reshape(-1) if dim is None else np.moveaxis(data, axis, 0)
+    n = rows.shape[0]
+    differs = (rows[1:] != rows[:-1]).reshape(max(n - 1, 0), -1).any(axis=1) if n > 1 \
+        else np.zeros(0, dtype=bool)
+    starts = np.flatnonzero(np.concatenate([[n > 0], differs]))
+    values = rows[starts] if dim is None else np.moveaxis(rows[starts], 0, axis)
+    out = [Tensor._make(np.ascontiguousarray(values))]
+    if return_inverse:
+        inverse = np.cumsum(np.concatenate([[0], differs])).astype(_INT64)[:n]
+        out.append(Tensor._make(inverse.reshape(data.shape if dim is None else (n,))))
+    if return_counts:
+        out.append(Tensor._make(np.diff(np.append(starts, n)).astype(_INT64)))
+    return out[0] if len(out) == 1 else tuple(out)
+
+
 def one_hot(tensor, num_classes=-1):
     """``F.one_hot``: int64 indices -> int64 one-hot rows with ``num_classes`` columns (the
     largest index + 1 when -1)."""
@@ -1494,31 +1520,68 @@ def quantile(input, q, dim=None, keepdim=False, *, interpolation="linear"):
     if not input.is_floating_point():
         raise TypeError(f"quantile: the input must be a float tensor, got {input.dtype}; "
                         "call .float() first")
-    qs = q.tolist() if isinstance(q, Tensor) else q
-    values = [float(v) for v in np.atleast_1d(np.asarray(qs, dtype=np.float64))]
-    if any(not 0.0 <= v <= 1.0 for v in values):
-        raise ValueError(f"quantile: q must be in [0, 1], got {qs}")
+    if isinstance(q, Tensor) and type(q._data) is np.ndarray:   # (checked where it has values)
+        _check_quantiles(q._data)
+    elif not isinstance(q, Tensor):
+        _check_quantiles(q)
     if interpolation not in ("linear", "lower", "higher", "nearest", "midpoint"):
         raise ValueError(f"quantile: unknown interpolation {interpolation!r}")
     x, d = (shape_ops.reshape(input, -1), 0) if dim is None else (input, normalize_dim(dim, input.ndim))
     ordered = sort(x, d).values
-    n, out = x.shape[d], []
-    real = dtypes.to_np(input.dtype).type   # (positions in the input's precision, as torch)
-    for v in values:
-        pos = real(v) * real(n - 1)
-        lo, hi = math.floor(pos), math.ceil(pos)
-        frac = {"lower": 0.0, "higher": 1.0, "nearest": float(round(pos) == hi),
-                "midpoint": 0.5}.get(interpolation, float(pos - real(lo)))
-        below = shape_ops.select(ordered, d, lo)
-        above = shape_ops.select(ordered, d, hi)
-        out.append(below if frac == 0.0 or lo == hi else elementwise.lerp(below, above, frac))
-    result = shape_ops.stack(out) if np.ndim(qs) else out[0]
+    if isinstance(q, Tensor):
+        result, levels = _quantiles_at(ordered, d, q, interpolation), q.ndim
+    else:
+        result, levels = _quantiles_of_numbers(ordered, d, q, interpolation), np.ndim(q)
     if keepdim:   # (a 1 where each reduced dim was, after q's dim)
-        lead = tuple(result.shape[:1]) if np.ndim(qs) else ()
+        lead = tuple(result.shape[:1]) if levels else ()
         kept = [1] * input.ndim if dim is None else [
             1 if i == d else size for i, size in enumerate(input.shape)]
         result = shape_ops.reshape(result, lead + tuple(kept))
     return result
+
+
+def _check_quantiles(qs):
+    if any(not 0.0 <= v <= 1.0 for v in np.atleast_1d(np.asarray(qs, dtype=np.float64))):
+        raise ValueError(f"quantile: q must be in [0, 1], got {qs}")
+
+
+def _quantiles_of_numbers(ordered, d, qs, interpolation):
+    """Quantiles at Python numbers: each a select (or a lerp of two) at fixed positions."""
+    values = [float(v) for v in np.atleast_1d(np.asarray(qs, dtype=np.float64))]
+    n, out = ordered.shape[d], []
+    real = dtypes.to_np(ordered.dtype).type   # (positions in the input's precision, as torch)
+    for v in values:
+        pos = real(v) * real(n - 1)
+        lo, hi = math.floor(pos), math.ceil(pos)
+        if interpolation in ("lower", "higher", "nearest"):   # (the value there, as torch)
+            at = {"lower": lo, "higher": hi}.get(interpolation, int(np.round(pos)))
+            out.append(shape_ops.select(ordered, d, at))
+            continue
+        frac = 0.5 if interpolation == "midpoint" else float(pos - real(lo))
+        below = shape_ops.select(ordered, d, lo)
+        above = shape_ops.select(ordered, d, hi)
+        out.append(below if frac == 0.0 or lo == hi else elementwise.lerp(below, above, frac))
+    return shape_ops.stack(out) if np.ndim(qs) else out[0]
+
+
+def _quantiles_at(ordered, d, q, interpolation):
+    """Quantiles at a tensor of levels (0-d or 1-d), as torch computes them: positions
+    ``q * (n - 1)`` in the input's dtype, the sorted values gathered below and above them
+    and interpolated. Ops on ``q``, so a traced ``q`` (a computed ``linspace``) stays in
+    the graph: the same numbers as the fixed positions of Python levels."""
+    n = ordered.shape[d]
+    pos = elementwise.cast_to(shape_ops.reshape(q, (-1,)), ordered.dtype) * (n - 1)
+    rank = {"lower": elementwise.floor, "higher": elementwise.ceil,
+            "nearest": elementwise.round}.get(interpolation, elementwise.floor)(pos)
+    below = shape_ops.movedim(index_select(ordered, d, elementwise.cast_to(rank, dtypes.int64)),
+                              d, 0)
+    if interpolation in ("linear", "midpoint"):
+        above = shape_ops.movedim(index_select(
+            ordered, d, elementwise.cast_to(elementwise.ceil(pos), dtypes.int64)), d, 0)
+        frac = pos - rank if interpolation == "linear" else creation.full_like(pos, 0.5)
+        frac = shape_ops.reshape(frac, tuple(frac.shape) + (1,) * (below.ndim - 1))
+        below = elementwise.lerp(below, above, frac)
+    return below if q.ndim else shape_ops.squeeze(below, 0)
 
 
 # -- pad ------------------------------------------------------------------------------------
@@ -1642,6 +1705,7 @@ METHODS = {
     "tril": tril, "tril_": inplace(tril), "triu": triu, "triu_": inplace(triu),
     "topk": topk, "sort": sort, "quantile": quantile, "argsort": argsort, "nonzero": nonzero,
     "repeat_interleave": repeat_interleave, "unfold": unfold, "unique": unique,
+    "unique_consecutive": unique_consecutive,
     "diag": diag, "diagonal": diagonal, "bincount": bincount, "bucketize": bucketize,
     "diag_embed": diag_embed, "index_fill": index_fill, "index_fill_": inplace(index_fill),
     "index_copy": index_copy, "index_copy_": inplace(index_copy),

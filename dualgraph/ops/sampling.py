@@ -4,8 +4,8 @@
 Both are compositions of registry ops: ``affine_grid`` is one product of a constant base
 grid with ``theta``; ``grid_sample`` maps the grid's [-1, 1] coordinates to pixel
 positions (with the padding mode's clamping or reflection), gathers the four neighbours
-(bilinear; the eight corners of a volume's trilinear sampling) or the nearest pixel, and
-weighs them. Gradients with respect to the image and
+(bilinear; the eight corners of a volume's trilinear sampling), the sixteen (bicubic) or the
+nearest pixel, and weighs them. Gradients with respect to the image and
 to the grid (hence ``theta``) are the ops' VJPs; positions clamped at a border get no
 gradient, as in torch.
 
@@ -77,12 +77,22 @@ def _reflect(c, twice_low: int, twice_high: int):
     return ew.where(even, extra + low, span - extra + low)
 
 
-def _source(coord, size: int, padding_mode: str, align_corners: bool):
+def _unnormalize(coord, size: int, align_corners: bool):
     """Pixel positions of normalised coordinates along an axis of ``size`` pixels."""
     if align_corners:
-        c = (coord + 1) * ((size - 1) / 2)
-    else:
-        c = ((coord + 1) * size - 1) / 2
+        return (coord + 1) * ((size - 1) / 2)
+    return ((coord + 1) * size - 1) / 2
+
+
+def _source(coord, size: int, padding_mode: str, align_corners: bool):
+    """Pixel positions of normalised coordinates, moved inside by the padding mode."""
+    return _padded(_unnormalize(coord, size, align_corners), size, padding_mode,
+                   align_corners)
+
+
+def _padded(c, size: int, padding_mode: str, align_corners: bool):
+    """Positions ``c`` clamped (border) or reflected (reflection) into the image; as they
+    are for zeros padding (the taps outside read zeros)."""
     if padding_mode == "border":
         c = _clip(c, size - 1)
     elif padding_mode == "reflection":
@@ -95,12 +105,12 @@ def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corner
     """``input`` (N, C, H, W) sampled at ``grid`` (N, Ho, Wo, 2) of (x, y) positions in
     [-1, 1]: (N, C, Ho, Wo), or a volume (N, C, D, H, W) at (N, Do, Ho, Wo, 3) of (x, y, z)
     positions: (N, C, Do, Ho, Wo), as ``torch.nn.functional.grid_sample``. ``mode``
-    'bilinear' (trilinear for volumes) or 'nearest'; ``padding_mode`` 'zeros', 'border' or
-    'reflection'; ``align_corners`` False by default (-1 and 1 are the outer pixels'
-    edges)."""
-    if mode not in ("bilinear", "nearest"):
-        raise NotImplementedError(f"grid_sample: mode {mode!r} is not supported (only "
-                                  f"'bilinear' and 'nearest')")
+    'bilinear' (trilinear for volumes), 'nearest' or 'bicubic' (images only, as torch's);
+    ``padding_mode`` 'zeros', 'border' or 'reflection'; ``align_corners`` False by default
+    (-1 and 1 are the outer pixels' edges)."""
+    if mode not in ("bilinear", "nearest", "bicubic"):
+        raise ValueError(f"grid_sample: mode must be 'bilinear', 'nearest' or 'bicubic', "
+                         f"got {mode!r}")
     if padding_mode not in _PADDING_MODES:
         raise ValueError(f"grid_sample: padding_mode must be one of {_PADDING_MODES}, got "
                          f"{padding_mode!r}")
@@ -113,11 +123,15 @@ def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corner
     if input.dtype != grid.dtype or not input.dtype.is_floating_point:
         raise TypeError(f"grid_sample: input and grid must have the same floating dtype, "
                         f"got {input.dtype} and {grid.dtype}")
+    if mode == "bicubic" and k == 3:
+        raise ValueError("grid_sample: bicubic interpolation only supports 4D input")
     n, c, *spatial = input.shape
     sizes = spatial[::-1]   # along x, y[, z]: W, H[, D]
+    planes = shape_ops.reshape(input, (n, c, math.prod(spatial)))
+    if mode == "bicubic":
+        return _bicubic(planes, grid, sizes, padding_mode, bool(align_corners))
     coords = [_source(grid[..., a], sizes[a], padding_mode, bool(align_corners))
               for a in range(k)]
-    planes = shape_ops.reshape(input, (n, c, math.prod(spatial)))
     if mode == "nearest":
         return _taps(planes, [[ew.round(v) for v in coords]], None, sizes)
     low = [ew.floor(v) for v in coords]
@@ -134,11 +148,40 @@ def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corner
     return _taps(planes, taps, weights, sizes)
 
 
+def _cubic_weights(t, a=-0.75):
+    """The four weights of the taps at -1, 0, 1 and 2 from a position ``t`` in [0, 1)
+    past the tap at 0: Keys' cubic convolution with torch's ``a``."""
+    def near(x):   # |x| <= 1
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+
+    def far(x):    # 1 < |x| < 2
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+    return [far(t + 1), near(t), near(1 - t), far(2 - t)]
+
+
+def _bicubic(planes, grid, sizes, padding_mode, align_corners):
+    """Bicubic sampling as torch's: the sixteen pixels around each position, each moved
+    inside by the padding mode on its own, weighed by cubic weights of the position's
+    fraction (the grid's gradient is theirs)."""
+    w, h = sizes
+    ix = _unnormalize(grid[..., 0], w, align_corners)
+    iy = _unnormalize(grid[..., 1], h, align_corners)
+    x0, y0 = ew.floor(ix), ew.floor(iy)
+    wx, wy = _cubic_weights(ix - x0), _cubic_weights(iy - y0)
+    taps, weights = [], []
+    for j in range(4):
+        for i in range(4):
+            taps.append([_padded(x0 + (i - 1), w, padding_mode, align_corners),
+                         _padded(y0 + (j - 1), h, padding_mode, align_corners)])
+            weights.append(wx[i] * wy[j])
+    return _taps(planes, taps, weights, sizes)
+
+
 def _taps(planes, taps, weights, sizes):
     """The weighted sum of the elements of ``planes`` (N, C, prod(spatial)) at the integer
     positions of each tap (per tap, its position along x, y[, z], each (N, *out)), zero
-    outside the input: one gather for every tap (the corners of (tri)linear sampling, or
-    the nearest element)."""
+    outside the input: one gather for every tap (the corners of (tri)linear sampling,
+    bicubic's sixteen, or the nearest element)."""
     n, c = tuple(planes.shape[:2])
     out, count = tuple(taps[0][0].shape[1:]), len(taps)
     inside, flat, stride = None, None, 1

@@ -828,6 +828,21 @@ SLICE_UPDATE_IN_PLACE = defop(
         "``index`` but through the result")
 
 
+def _legacy_empty_as_blocks(tensors, dim):
+    """torch.cat skips tensors of shape ``(0,)`` whatever the others' shapes (its legacy
+    rule, which code starting from ``torch.empty(0)`` or ``torch.tensor([])`` and
+    concatenating onto it relies on): each is replaced by an empty block of the others'
+    shape (zero long along ``dim``), so that its dtype still takes part in the promotion."""
+    def legacy(x):
+        return x.ndim == 1 and isinstance(x.shape[0], int) and x.shape[0] == 0
+    others = [x for x in tensors if not legacy(x)]
+    if all(x.ndim == 1 for x in others):   # (nothing to skip: they join as they are)
+        return tensors
+    shape = list(others[0].shape)
+    shape[normalize_dim(dim, len(shape))] = 0
+    return tuple(creation.zeros(*shape, dtype=x.dtype) if legacy(x) else x for x in tensors)
+
+
 def cat(tensors, dim=0):
     """Join tensors along an existing dim; dtypes promote as in ``torch.cat``."""
     tensors = tuple(tensors)
@@ -835,6 +850,7 @@ def cat(tensors, dim=0):
         raise ValueError("cat expects a non-empty sequence of tensors")
     if any(x.ndim == 0 for x in tensors):
         raise ShapeError("cat: zero-dimensional tensors cannot be concatenated; use stack")
+    tensors = _legacy_empty_as_blocks(tensors, dim)
     d = normalize_dim(dim, tensors[0].ndim)
     if len(tensors) == 1:
         return tensors[0]

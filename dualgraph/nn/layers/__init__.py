@@ -5,6 +5,7 @@ from .activation import (CELU, ELU, GELU, GLU, SELU, Hardshrink, Hardsigmoid,  #
                          Hardswish, Hardtanh, LeakyReLU, LogSigmoid, LogSoftmax, Mish, PReLU,
                          ReLU, ReLU6, RReLU, Sigmoid, SiLU, Softmax, Softmax2d, Softmin,
                          Softplus, Softshrink, Softsign, Tanh, Tanhshrink, Threshold)
+from .adaptive import AdaptiveLogSoftmaxWithLoss  # noqa: F401
 from .conv import (Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d,  # noqa: F401
                    ConvTranspose3d, Fold, Unfold)
 from .dropout import (AlphaDropout, Dropout, Dropout1d, Dropout2d, Dropout3d,  # noqa: F401
@@ -73,7 +74,7 @@ __all__ = [
     "BCELoss", "BCEWithLogitsLoss", "KLDivLoss", "MarginRankingLoss", "CosineEmbeddingLoss",
     "TripletMarginLoss", "SoftMarginLoss", "MultiLabelSoftMarginLoss", "MultiMarginLoss",
     "MultiLabelMarginLoss", "HingeEmbeddingLoss", "GaussianNLLLoss", "PoissonNLLLoss",
-    "TripletMarginWithDistanceLoss", "CTCLoss",
+    "TripletMarginWithDistanceLoss", "CTCLoss", "AdaptiveLogSoftmaxWithLoss",
     # distances
     "PairwiseDistance", "CosineSimilarity",
 ]
