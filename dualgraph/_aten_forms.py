@@ -25,7 +25,10 @@ import builtins
 import math
 import warnings
 
+import numpy as np
+
 from . import dtypes
+from .amp import get_autocast_dtype, is_autocast_enabled
 from .autograd.tape import grad_mode, set_detect_anomaly
 from .nn import functional as F
 from . import shapes
@@ -46,7 +49,10 @@ __all__ = ["layer_norm", "group_norm", "batch_norm", "instance_norm", "rms_norm"
            "vander", "gradient", "ldexp", "randint_like", "empty_strided", "is_same_size",
            "is_nonzero", "is_signed", "is_complex", "is_conj", "is_neg", "real", "conj",
            "resolve_conj", "resolve_neg", "is_anomaly_enabled", "set_anomaly_enabled",
-           "get_default_device", "set_default_device"]
+           "get_default_device", "set_default_device", "adjoint", "asarray", "histogram",
+           "typename", "get_num_interop_threads", "set_num_interop_threads",
+           "set_flush_denormal", "set_warn_always", "is_warn_always_enabled",
+           "is_autocast_cpu_enabled", "get_autocast_cpu_dtype"]
 
 REDUCTIONS = ("none", "mean", "sum")   # torch's enum: 0, 1, 2
 
@@ -481,18 +487,100 @@ def set_default_device(device) -> None:
         raise RuntimeError(f"set_default_device({device!r}): dualgraph runs on the CPU only")
 
 
+def adjoint(input):
+    """The conjugate transpose of the last two dims: their transpose, for real dtypes."""
+    if input.ndim < 2:
+        raise RuntimeError(f"adjoint: tensor must have at least 2 dimensions, got "
+                           f"{input.ndim}")
+    return input.transpose(-2, -1)
+
+
+def asarray(obj, *, dtype=None, device=None, copy=None, requires_grad=False):
+    """``obj`` (a tensor, an array, a nested sequence, a number) as a tensor: the tensor
+    itself where no conversion is asked (``copy`` not True), else a new one."""
+    if copy is False and isinstance(obj, Tensor) and dtype is not None and dtype != obj.dtype:
+        raise ValueError(f"asarray: copy=False, but converting {obj.dtype} to {dtype} "
+                         "needs a copy")
+    out = creation.tensor(obj, dtype=dtype, device=device) if copy else creation.as_tensor(
+        obj, dtype=dtype, device=device)
+    if isinstance(obj, Tensor) and copy:
+        out = out.detach()
+    return out.requires_grad_() if requires_grad else out
+
+
+def histogram(input, bins=100, *, range=None, weight=None, density=False):
+    """The histogram of ``input``'s values, as ``(hist, bin_edges)`` (``bins`` a count or
+    a 1-D tensor of edges; ``weight`` per value; ``density`` normalised to integrate to
+    one), as NumPy's and torch's: no gradient, an eager computation (a data-dependent
+    one: a graph break where captured)."""
+    data = input._concrete("histogram()").reshape(-1)
+    edges = bins._concrete("histogram()") if isinstance(bins, Tensor) else int(bins)
+    weights = None if weight is None else weight._concrete("histogram()").reshape(-1)
+    hist, edges = np.histogram(data, edges, range=range, weights=weights, density=density)
+    return (creation.tensor(hist, dtype=input.dtype),
+            creation.tensor(edges, dtype=input.dtype))
+
+
+def typename(obj) -> str:
+    """A tensor's type string (``"dualgraph.FloatTensor"``), else the object's qualified
+    class name."""
+    if isinstance(obj, Tensor):
+        return obj.type()
+    cls = obj if isinstance(obj, type) else type(obj)
+    module = cls.__module__
+    return cls.__qualname__ if module in ("builtins", None) else f"{module}.{cls.__qualname__}"
+
+
+_INTEROP = [1]
+
+
+def get_num_interop_threads() -> int:
+    """The inter-op thread count: dualgraph runs one op at a time (its parallelism is
+    within ops: ``set_num_threads``); what ``set_num_interop_threads`` set."""
+    return _INTEROP[0]
+
+
+def set_num_interop_threads(n: int) -> None:
+    """Recorded (ops run one at a time); a count below one raises, as torch's."""
+    if int(n) < 1:
+        raise RuntimeError(f"set_num_interop_threads: expected a positive number of threads, "
+                           f"got {n}")
+    _INTEROP[0] = int(n)
+
+
+def set_flush_denormal(mode: bool) -> bool:
+    """False: dualgraph does not switch the CPU to flushing denormals (NumPy's and Numba's
+    loops keep IEEE behaviour), which torch's return value says the same way."""
+    return False
+
+
+_WARN_ALWAYS = [False]
+
+
+def set_warn_always(b: bool) -> None:
+    """Whether warnings torch gives once per process should be given every time (kept for
+    code that sets it; dualgraph's warnings follow Python's filters)."""
+    _WARN_ALWAYS[0] = bool(b)
+
+
+def is_warn_always_enabled() -> bool:
+    return _WARN_ALWAYS[0]
+
+
+def is_autocast_cpu_enabled() -> bool:
+    """``is_autocast_enabled("cpu")`` (torch's older spelling)."""
+    return is_autocast_enabled("cpu")
+
+
+def get_autocast_cpu_dtype():
+    """``get_autocast_dtype("cpu")`` (torch's older spelling)."""
+    return get_autocast_dtype("cpu")
+
+
 # --- Tensor methods --------------------------------------------------------------------------
 
 def _imag(self):
     raise RuntimeError("imag is not implemented for tensors with non-complex dtypes.")
-
-
-def _adjoint(self):
-    """The conjugate transpose of the last two dims: their transpose, for real dtypes."""
-    if self.ndim < 2:
-        raise RuntimeError(f"adjoint: tensor must have at least 2 dimensions, got "
-                           f"{self.ndim}")
-    return self.transpose(-2, -1)
 
 
 def _conjugate_transpose(self):
@@ -519,7 +607,7 @@ METHODS = {
     "is_complex": is_complex, "is_conj": is_conj, "is_neg": is_neg,
     "conj": conj, "resolve_conj": resolve_conj, "resolve_neg": resolve_neg,
     "real": property(real), "imag": property(_imag),
-    "adjoint": _adjoint, "mH": property(_adjoint), "H": property(_conjugate_transpose),
+    "adjoint": adjoint, "mH": property(adjoint), "H": property(_conjugate_transpose),
     "argwhere": argwhere, "split_with_sizes": split_with_sizes,
     "new_empty_strided": _new_empty_strided,
     "select_scatter": select_scatter, "slice_scatter": slice_scatter,

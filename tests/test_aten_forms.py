@@ -502,3 +502,34 @@ def test_3d_adaptive_max_pool_unpool_and_power_pool(shape, out):
     check(F.lp_pool3d(x.detach(), 2.0, 2), tf.lp_pool3d(tx.detach(), 2.0, 2))
     check(dg.nn.LPPool3d(3.0, (2, 1, 2))(x.detach()),
           torch.nn.LPPool3d(3.0, (2, 1, 2))(tx.detach()), rtol=1e-4)
+
+
+def test_histogram_typename_asarray_and_process_settings():
+    x = RNG.standard_normal(50).astype(np.float32)
+    for kwargs in (dict(bins=5), dict(bins=4, range=(-1.0, 1.0), density=True)):
+        check(dg.histogram(dg.tensor(x), **kwargs), torch.histogram(torch.tensor(x), **kwargs),
+              atol=1e-6)
+    w = RNG.random(50).astype(np.float32)
+    edges = [-2.0, 0.0, 1.0, 3.0]
+    check(dg.histogram(dg.tensor(x), dg.tensor(edges), weight=dg.tensor(w)),
+          torch.histogram(torch.tensor(x), torch.tensor(edges), weight=torch.tensor(w)),
+          atol=1e-5)
+    assert dg.typename(dg.zeros(1)) == "dualgraph.FloatTensor"
+    assert dg.typename(3) == torch.typename(3) == "int"
+    a = dg.zeros(3)
+    assert dg.asarray(a) is a and dg.asarray(a, copy=True) is not a
+    assert dg.asarray([1, 2]).dtype == dg.int64 and dg.asarray(np.ones(2)).dtype == dg.float64
+    assert dg.asarray([1.0], requires_grad=True).requires_grad
+    with pytest.raises(ValueError, match="copy=False"):
+        dg.asarray(a, dtype=dg.float64, copy=False)
+    check(dg.adjoint(dg.tensor(x[:6].reshape(2, 3))), torch.adjoint(torch.tensor(x[:6]
+                                                                                .reshape(2, 3))))
+    dg.set_num_interop_threads(2)
+    assert dg.get_num_interop_threads() == 2
+    assert dg.set_flush_denormal(True) is False
+    dg.set_warn_always(True)
+    assert dg.is_warn_always_enabled()
+    dg.set_warn_always(False)
+    assert dg.is_autocast_cpu_enabled() is False
+    with dg.autocast("cpu", dtype=dg.bfloat16):
+        assert dg.is_autocast_cpu_enabled() and dg.get_autocast_cpu_dtype() == dg.bfloat16
