@@ -7,7 +7,6 @@ masked by ``index_fill_`` and ``masked_fill`` with ``float("-inf")``, RankNet pa
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
 class Scorer(nn.Module):
