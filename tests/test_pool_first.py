@@ -1,9 +1,10 @@
 """An average pool after a 1x1 conv, pooled first (the lowering rule ``pool_before_conv``,
 ``passes/pool_first.py``): compiled against eager and torch on odd planes, batch 1 and 3,
 ceil mode, padding counted in the divisor or not, a divisor override, groups, with and
-without a bias and a BatchNorm-ReLU before the conv (DenseNet's transition); and the
-places the rule must leave alone: a bias whose windows' divisors differ from their counts,
-a conv another node reads too, a 3x3 conv, a pool that does not shrink the plane."""
+without a bias and a BatchNorm-ReLU before the conv (DenseNet's transition), a symbolic
+batch; and the places the rule must leave alone: a bias whose windows' divisors differ
+from their counts, a conv another node reads too, a 3x3 conv, a pool that does not shrink
+the plane."""
 import numpy as np
 import pytest
 
@@ -134,3 +135,20 @@ def test_training_gradients_through_the_moved_pool_match_torch():
     assert _rewritten(step) == 1
     np.testing.assert_allclose(dw.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(db.grad.numpy(), tb.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_a_symbolic_batch_takes_the_rule():
+    """One graph for every batch size (``dynamic=True``): the plane is static, so the pool
+    moves; each batch's values as torch's."""
+    x, weight, b, _ = _data(5, 8, 10, 12, 6, 1)
+    w, bias = dg.tensor(weight), dg.tensor(b)
+    compiled = dg.compile(lambda x: F.avg_pool2d(F.conv2d(x, w, bias), 2, 2), dynamic=True)
+    with dg.no_grad():
+        for n in (1, 3, 5):
+            got = compiled(dg.tensor(x[:n])).numpy()
+            want = torch.nn.functional.avg_pool2d(torch.nn.functional.conv2d(
+                *map(torch.tensor, (x[:n], weight, b))), 2, 2).numpy()
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    (entry,) = compiled.cache.values()
+    assert not isinstance(entry.graph.inputs[0].shape[0], int)
+    assert _rewritten(compiled) == 1

@@ -22,8 +22,9 @@ def pooled_pointwise_convs(graph: Graph) -> dict[Node, Node]:
     """The precondition of ``pool_before_conv``: ``{avg_pool2d node: conv2d node}`` where
     the pool reads a 4-D ``conv2d`` with a 1x1 kernel, stride 1, no padding nor dilation
     (any groups), whose output nothing else reads nor returns; the pool shrinks the
-    (static) plane; and without a bias, or each window's divisor is its count of summed
-    positions (no ``divisor_override``, and no padding or padding left out of the count)."""
+    plane (of static height and width; the batch may be symbolic); and without a bias,
+    or each window's divisor is its count of summed positions (no ``divisor_override``,
+    and no padding or padding left out of the count)."""
     read_by = live_readers(graph)
     found = {}
     for pool in graph.nodes:
@@ -39,7 +40,7 @@ def pooled_pointwise_convs(graph: Graph) -> dict[Node, Node]:
                      and not any(q for pair in a["padding"] for q in pair)
                      and tuple(a["dilation"]) == (1, 1))
         out = pool.outputs[0]
-        shrinks = (y.ndim == 4 and is_static(y.shape) and is_static(out.shape)
+        shrinks = (y.ndim == 4 and is_static(y.shape[2:]) and is_static(out.shape[2:])
                    and out.shape[2] * out.shape[3] < y.shape[2] * y.shape[3])
         divisor_counts = p["divisor_override"] is None and (
             not any(p["padding"]) or not p["count_include_pad"])
