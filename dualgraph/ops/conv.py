@@ -1193,10 +1193,10 @@ def _avg_pool_loop(loop, x, hw, kernel_size, stride, padding, *divisor, out=None
     planes ``kernels.pool_lanes.avg_pool_lanes`` where it ``fits``, unless the rows are
     wide enough for ``kernels.pool_means``' loop to win (``beats_lanes``), which takes
     float32 rows of eight at column stride 1 or 2 otherwise, straight from the input
-    rows, 0.2-0.7x the time of ``avg_pool``) or ``avg_pool_backward`` (``x`` the gradient, ``(..., Ho, Wo)``) on ``x``'s
-    planes, shared among threads (``divisor``: ceil_mode, count_include_pad,
-    divisor_override): the result, ``(..., Ho, Wo)`` or ``(..., H, W)``, into ``out``
-    where given (``empty_into``)."""
+    rows, 0.2-0.7x the time of ``avg_pool``) or ``avg_pool_backward`` (``x`` the
+    gradient, ``(..., Ho, Wo)``) on ``x``'s planes, shared among threads (``divisor``:
+    ceil_mode, count_include_pad, divisor_override): the result, ``(..., Ho, Wo)`` or
+    ``(..., H, W)``, into ``out`` where given (``empty_into``)."""
     out_hw, div = _divisor_rows(hw, tuple(kernel_size), tuple(stride), tuple(padding),
                                 *divisor, x.dtype)
     forward = loop is kernels.pooling.avg_pool
