@@ -20,6 +20,8 @@ CONV = dict(stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1, 1), groups=1)
 POOL = dict(kernel_size=(2, 2), stride=(2, 2), padding=(0, 0), dilation=(1, 1),
             ceil_mode=False)
 LN = dict(n_dims=1, eps=1e-5)
+AVG = dict(kernel_size=(3, 3), stride=(2, 2), padding=(1, 1), ceil_mode=True,
+           count_include_pad=False, divisor_override=None)
 
 
 def test_every_fills_out_kernel_takes_out():
@@ -71,6 +73,9 @@ CASES = {
     "sum": ("sum", [((4, 5, 6), F32)], dict(dims=(0, 2), keepdim=False, dtype=None)),
     "sum_keepdim": ("sum", [((4, 5), F64)], dict(dims=(1,), keepdim=True, dtype=None)),
     "max_pool2d": ("max_pool2d", [((4, 8, 32, 30), F32)], POOL),
+    "avg_pool2d_rows": ("avg_pool2d", [((3, 5, 13, 30), F32)], AVG),
+    "avg_pool2d_lanes": ("avg_pool2d", [((2, 9, 12, 11), F32)], AVG),
+    "avg_pool2d_float64": ("avg_pool2d", [((2, 3, 13, 30), F64)], AVG),
     "max_pool2d_3x3": ("max_pool2d", [((2, 3, 9, 9), F32)],
                        dict(POOL, kernel_size=(3, 3), stride=(2, 2))),
     "batch_norm": ("batch_norm", [((4, 3, 32, 16), F32), ((3,), F32), ((3,), F32)],

@@ -390,7 +390,19 @@ def patchify_conv_by_a_constant():
     return g
 
 
+def average_pool_of_a_pointwise_conv():
+    g = Graph()
+    x, w, b = f32(g, "x", 1, 4, 6, 6), f32(g, "w", 3, 4, 1, 1), f32(g, "b", 3)
+    (y,) = g.add_node("conv2d", [x, w, b], dict(
+        stride=(1, 1), padding=((0, 0), (0, 0)), dilation=(1, 1), groups=1), names=["y"])
+    g.set_outputs(list(g.add_node("avg_pool2d", [y], dict(
+        kernel_size=(2, 2), stride=(2, 2), padding=(0, 0), ceil_mode=False,
+        count_include_pad=True, divisor_override=None), names=["z"])))
+    return g
+
+
 EXAMPLES = {
+    "pool_before_conv": average_pool_of_a_pointwise_conv,
     "patchify_conv": patchify_conv_by_a_constant,
     "gate_into_weights": gated_blocked_projection,
     "expand_into_depthwise": expansion_into_a_depthwise_conv,

@@ -1159,7 +1159,7 @@ def _avg_divisor(hw, out_hw, kernel_size, stride, padding, count_include_pad,
 
 
 def _avg_pool_kernel(x, *, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                     divisor_override):
+                     divisor_override, out=None):
     _check_pool_rank("avg_pool2d", x)
     (x,), dt = linalg.blas_operands(x)
     hw = x.shape[-2:]
@@ -1169,7 +1169,8 @@ def _avg_pool_kernel(x, *, kernel_size, stride, padding, ceil_mode, count_includ
         return cast(total, dt)
     if _loops_take(x):
         return cast(_avg_pool_loop(kernels.pooling.avg_pool, x, tuple(hw), kernel_size, stride,
-                                   padding, ceil_mode, count_include_pad, divisor_override), dt)
+                                   padding, ceil_mode, count_include_pad, divisor_override,
+                                   out=out), dt)
     out_hw, pads = _pool_geometry(hw, kernel_size, stride, padding, ceil_mode)
     div = _avg_divisor(hw, out_hw, kernel_size, stride, padding, count_include_pad,
                        divisor_override)
@@ -1187,24 +1188,34 @@ def _loops_take(x) -> bool:
     return x.dtype in (np.float32, np.float64) and kernels.numba_available()
 
 
-def _avg_pool_loop(loop, x, hw, kernel_size, stride, padding, *divisor):
+def _avg_pool_loop(loop, x, hw, kernel_size, stride, padding, *divisor, out=None):
     """``kernels.pooling.avg_pool`` (``x`` the input, ``(..., H, W)``; on small float32
-    planes ``kernels.pool_lanes.avg_pool_lanes`` where it ``fits``) or
-    ``avg_pool_backward`` (``x`` the gradient, ``(..., Ho, Wo)``) on ``x``'s planes,
-    shared among threads (``divisor``: ceil_mode, count_include_pad, divisor_override):
-    the result, ``(..., Ho, Wo)`` or ``(..., H, W)``."""
+    planes ``kernels.pool_lanes.avg_pool_lanes`` where it ``fits``, unless the rows are
+    wide enough for ``kernels.pool_means``' loop to win (``beats_lanes``), which takes
+    float32 rows of eight at column stride 1 or 2 otherwise, straight from the input
+    rows, 0.2-0.7x the time of ``avg_pool``) or ``avg_pool_backward`` (``x`` the
+    gradient, ``(..., Ho, Wo)``) on ``x``'s planes, shared among threads (``divisor``:
+    ceil_mode, count_include_pad, divisor_override): the result, ``(..., Ho, Wo)`` or
+    ``(..., H, W)``, into ``out`` where given (``empty_into``)."""
     out_hw, div = _divisor_rows(hw, tuple(kernel_size), tuple(stride), tuple(padding),
                                 *divisor, x.dtype)
     forward = loop is kernels.pooling.avg_pool
     sizes = (hw, out_hw) if forward else (out_hw, hw)
     planes = kernels.rows(x, sizes[0][0] * sizes[0][1])
-    if forward and kernels.pool_lanes.fits(x.dtype, planes.shape[0], out_hw[1]):
+    rows = (forward and x.dtype == np.float32 and kernels.numba_available()
+            and kernels.pooling.vectorised(hw[1], stride[1]))
+    if (forward and kernels.pool_lanes.fits(x.dtype, planes.shape[0], out_hw[1])
+            and not (rows and kernels.pool_means.beats_lanes(hw[1]))):
         return _pool_lanes(kernels.pool_lanes.avg_pool_lanes, x, out_hw, *kernel_size, *stride,
-                           *padding, div)
-    out = np.empty((planes.shape[0], sizes[1][0] * sizes[1][1]), x.dtype)
+                           *padding, div, out=out)
+    extra = ()
+    if rows:
+        loop = kernels.pool_means.rows_loop(kernel_size[1], stride[1])
+        extra = (kernels.pooling.values_lanes(out_hw[1]),)
+    out = empty_into(out, (planes.shape[0], sizes[1][0] * sizes[1][1]), x.dtype)
     arrays = (planes, out, div) if forward else (planes, div, out)
     run_rows(loop, planes.shape[0], *arrays, *hw, *out_hw, *kernel_size, *stride, *padding,
-             threads=threads_for(planes.size))
+             *extra, threads=threads_for(planes.size))
     return out.reshape(x.shape[:-2] + tuple(sizes[1]))
 
 
@@ -1301,7 +1312,7 @@ AVG_POOL2D = defop("avg_pool2d", _avg_pool_kernel, _infer_avg_pool, saves="",
                                                        input_size=_hw(x), **pool),
                    attrs=("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad",
                           "divisor_override"),
-                   onnx=_onnx_avg_pool2d)
+                   onnx=_onnx_avg_pool2d, fills_out=True)
 AVG_POOL2D_BACKWARD = defop("avg_pool2d_backward", _avg_pool_backward_kernel,
                             _infer_avg_pool_backward, saves="",
                             compiler_only=True,

@@ -44,7 +44,7 @@ __all__ = ["PIPELINE", "PASS_NAMES", "run_pipeline", "Report", "MemoryPlan", "pl
            "conv_winograd", "conv_packed", "channels_last", "channels_last_views",
            "squeeze_excite", "blocked_channels", "gate_into_weights", "expand_into_depthwise",
            "conv_prologue", "cat_in_place", "fold_input_affine",
-           "patchify_conv"]
+           "patchify_conv", "pool_before_conv"]
 
 # each lowering rule runs alone as a pass too: ``batch_linears(graph) -> (graph, report)``,
 # found by its name (the table's order is the pipeline's, which a rule's stage may change)
@@ -55,7 +55,7 @@ _RULES_BY_NAME = {rule.name: rule for rule in LOWERING}
  fuse_rms_norm, fuse_layer_norm, linear_norm, join_linears, linear_packed, weights_kn,
  step_weights_kn, conv_winograd, conv_packed, channels_last, channels_last_views,
  squeeze_excite, blocked_channels, gate_into_weights, expand_into_depthwise, conv_prologue,
- cat_in_place, fold_input_affine, patchify_conv) = map(
+ cat_in_place, fold_input_affine, patchify_conv, pool_before_conv) = map(
     _RULES_BY_NAME.__getitem__, (
     "constant_linears", "fold_batchnorm", "batch_linears", "share_conv_columns",
     "conv_epilogue", "max_pool_values", "conv_cat", "join_loss_gradient",
@@ -65,7 +65,7 @@ _RULES_BY_NAME = {rule.name: rule for rule in LOWERING}
     "step_weights_kn",
     "conv_winograd", "conv_packed", "channels_last", "channels_last_views", "squeeze_excite",
     "blocked_channels", "gate_into_weights", "expand_into_depthwise", "conv_prologue",
-    "cat_in_place", "fold_input_affine", "patchify_conv"))
+    "cat_in_place", "fold_input_affine", "patchify_conv", "pool_before_conv"))
 
 PIPELINE = [
     checkpoint_savings,  # analysis: what checkpoints save (before cse and fusion change it)

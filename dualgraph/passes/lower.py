@@ -31,7 +31,7 @@ from .. import kernels
 from ..graph import Graph, Node, Value
 from ..ops.collective import COMPRESSED_ALL_REDUCE
 from ..ops.control import SCAN
-from ..ops.conv import CONV2D, CONV2D_WEIGHT_GRAD
+from ..ops.conv import AVG_POOL2D, CONV2D, CONV2D_WEIGHT_GRAD
 from ..ops.elementwise import RELU, RELU_BACKWARD, RELU_BACKWARD_IN_PLACE
 from ..ops.linalg import LINEAR, LINEAR_BACKWARD, LINEAR_RELU, MATMUL, blas_2d
 from ..ops.loss import CROSS_ENTROPY, CROSS_ENTROPY_BACKWARD
@@ -63,6 +63,7 @@ from .norms import (fuse_layer_norm, fuse_rms_norm, layer_norm_patterns,
                     rms_norm_patterns)
 from .prologue import conv_prologue, conv_prologues
 from .patchify import patchify_conv, patchify_convs
+from .pool_first import pool_before_conv, pooled_pointwise_convs
 from .linears import (WEIGHT_READERS, constant_linears, join_linears, linear_norm,
                       linear_packed, linears_sharing_inputs, matmuls_by_constants,
                       norms_of_linears, packable_linear_weights, weights_kn,
@@ -364,6 +365,11 @@ RULES = [
     # W and b constant -> the layer of x with W * s, b + W @ t: a BatchNorm before its layer
     LoweringRule("fold_input_affine", tuple(LAYERS), constant_input_chains,
                  fold_input_affine, "graph"),
+    # avg_pool2d(conv2d 1x1(x)) -> conv2d 1x1(avg_pool2d(x)), the conv read only by the
+    # pool, the plane shrinking: the conv on the pooled plane (after fold_input_affine,
+    # which wants the conv right after its BatchNorm; before conv_epilogue)
+    LoweringRule("pool_before_conv", (AVG_POOL2D,), pooled_pointwise_convs, pool_before_conv,
+                 "graph"),
     # conv2d(x, W[, b]) of one group, kernel == stride, no padding or dilation, W and b
     # constant -> permute(linear(patches(x), W as (Cout, C*kh*kw), b)): space-to-depth and
     # the rules made for linears (after fold_batchnorm, before conv_epilogue)
