@@ -654,9 +654,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # kernels/ +49, ops/ +49, passes/ +11 and the core +109 (issue 26, i-stem2): conv_shallow's
 # epilogue in registers and its channel-blocked output, the op shallow_blocked and the
 # blocked layout's "shallow" form (a first layer writes the blocked region's input).
-CORE_BUDGET = 34_498
+# kernels/ +18 and the core +18 (issue 26, i-squeeze): conv_pointpacked streams an input
+# larger than L2 (the next block of rows asked into L2, fewer rows a block for few outputs).
+CORE_BUDGET = 34_516
 BUDGETS = {".": 2_140, "amp": 320, "autograd": 1_129, "backends": 40, "capture": 5_322,
-           "cli": 320, "codegen": 1_369, "distributed": 1_730, "graph": 1_120, "kernels": 7_410,
+           "cli": 320, "codegen": 1_369, "distributed": 1_730, "graph": 1_120, "kernels": 7_428,
            "ops": 11_861, "passes": 4_155, "export": 3_876, "nn": 5_131, "optim": 1_757,
            "profiler": 440, "utils": 600, "distributions": 1_422, "func": 360}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
