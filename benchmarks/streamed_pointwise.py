@@ -5,11 +5,17 @@ into L2, 32 input channels a block where the outputs are few) against the same l
 every input taken as cached (the loop before streaming), and onnxruntime's Conv + Relu.
 
 ``python -m benchmarks.streamed_pointwise [--batches 1,16] [--rounds 5] [NAME-PART ...]``:
-one thread per engine. The layers are fire modules' squeezes and expands (SqueezeNet),
-Inception reductions (GoogLeNet), DenseNet bottlenecks, MobileNet expansions and
-projections, a 512 -> 1000 classifier on 13x13 and odd shapes. Times: the best process
-CPU time of ``--rounds`` calls, engines in turns; each line gives ms and the ratios; both
-of the loop's outputs are checked to be the same bits, and against onnxruntime's.
+one thread per engine. Each timed call follows a copy into its input (untimed), so that
+each engine finds it where a model's previous layer leaves it, whatever ran before (timed
+right after the other loop's call on the same input, the cached loop found it in cache:
+0.7-0.9x its time after a fresh write), and every other round runs the engines in the
+reverse order (the loop timed after onnxruntime's call at every round ran 1.1-1.15x the
+time of the same loop timed after it, on large weights at batch 1). The layers are
+fire modules' squeezes and expands (SqueezeNet), Inception reductions (GoogLeNet),
+DenseNet bottlenecks, MobileNet expansions and projections, a 512 -> 1000 classifier on
+13x13 and odd shapes. Times: the best process CPU time of ``--rounds`` calls, engines in
+turns; each line gives ms and the ratios; both of the loop's outputs are checked to be the
+same bits, and against onnxruntime's.
 """
 from __future__ import annotations
 
@@ -61,8 +67,11 @@ def measure(name, cin, cout, size, batch, rounds) -> dict:
     for f in calls.values():
         f()
     best = dict.fromkeys(calls, np.inf)
-    for _ in range(rounds):
-        for k, f in calls.items():
+    source = x.copy()
+    order = list(calls.items())
+    for r in range(rounds):
+        for k, f in order if r % 2 else order[::-1]:    # (after another engine in turn)
+            np.copyto(x, source)    # (written just before, as a model's previous layer does)
             start = time.process_time()
             f()
             best[k] = min(best[k], 1e3 * (time.process_time() - start))
