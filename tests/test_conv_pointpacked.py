@@ -156,6 +156,36 @@ def test_the_bits_do_not_depend_on_blocks_of_channels_or_threads(monkeypatch):
             np.testing.assert_array_equal(out, want)
 
 
+@pytest.mark.parametrize("shape", [*SHAPES, WIDE_SHAPES[4], (3, 70, 11, 13, 24)])
+def test_streamed_inputs_have_the_bits_of_cached_ones(monkeypatch, shape):
+    """An input taken as streamed from memory (``STREAM_BYTES`` 0: the next block of rows
+    asked into L2 while a block sums, and ``FEW_KC`` input channels a block where the
+    output channels are few) gives the bits of one taken as cached, against torch: on its
+    own, on three workers, read where it lies as a concatenation's first channels, and
+    through the prologue."""
+    x, w, b, attrs = _data(_case(shape))
+    packed, out_shape = conv_packed.pack(w), (x.shape[0], w.shape[0], *x.shape[2:])
+    scale = np.linspace(0.5, 1.5, x.shape[1], dtype=np.float32)
+    shift = np.linspace(-0.3, 0.3, x.shape[1], dtype=np.float32)
+    joined = np.full((x.shape[0], x.shape[1] + 5, *x.shape[2:]), np.nan, np.float32)
+    joined[:, :x.shape[1]] = x          # (the input's images lie apart: ``_images``)
+
+    def outputs():
+        got = []
+        for xin, pre in ((x, None), (joined[:, :x.shape[1]], None), (x, (scale, shift))):
+            out = np.full(out_shape, np.nan, np.float32)
+            got.append(conv_pointpacked.conv(xin, packed, out, b, act=1, pre=pre, pre_act=1))
+        return got
+    wants = outputs()
+    np.testing.assert_allclose(wants[0], torch.relu(_torch_conv(x, w, b, **attrs)).numpy(),
+                               rtol=1e-5, atol=1e-5)
+    monkeypatch.setattr(conv_pointpacked, "STREAM_BYTES", 0)
+    for threads in (1, 3):
+        monkeypatch.setattr(conv_pointpacked, "threads_for", lambda size: threads)
+        for got, want in zip(outputs(), wants):
+            np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("cout", [8, 75])
 def test_the_tail_has_the_bits_of_the_vector_blocks(cout):
     """A position of the tail (fewer than eight after the vectors: summed with the channels

@@ -53,6 +53,20 @@ its loop over the input channels (:func:`_next_run`; a 384 -> 384 layer on 7x7 t
 0.75x its time with the weight cold, docs/benchmarks.md "1x1 convs whose weights come from
 memory").
 
+An input larger than ``STREAM_BYTES`` (2 MB: larger than a core's L2, so at batch 16
+and more it comes from the last-level cache or memory at every call) is streamed: while a
+block of input rows sums, the rows of the next block (the chunk's next ``kc`` channels,
+else the first block of the slot's next item) are asked into L2, one cache line at a time
+(:func:`_ask_rows`). A chunk's rows are ``kc`` runs of 768 bytes a plane apart, too many
+and too short for the hardware's prefetcher, so each line had been a miss the loop waited
+on. Where the output channels are few (at most ``FEW_BLOCKS`` blocks of eight: a
+squeeze, a bottleneck's reduction), a streamed input is taken ``FEW_KC`` (32) channels at
+a time, whose rows (24 kB) stay in L1 while the blocks pass, where 64 (48 kB) did not fit
+a 32 kB L1 and each block after the first read them from L2; with many blocks the sums'
+extra trips through the output cost more (1.03-1.18x at 64 to 1000 outputs), and a
+cached input at batch 1 gained nothing from either (docs/benchmarks.md, 2026-12-05
+"streamed 1x1 inputs": 128 -> 16 channels on 55x55 at batch 16 0.6x its time).
+
 A prologue (``conv2d_prologue``: an eval-mode BatchNorm and its activation before the
 conv, ``act(x * scale[k] + shift[k])`` per input channel ``k``) is applied to each block
 of ``KC`` input rows of the chunk as the item takes it up, into the slot's own buffer,
@@ -77,8 +91,11 @@ from .tuning import cores
 F = np.float32
 PAIR = 2 * LANES      # output channels of a packed pair (``conv_packed.PAIR``)
 RUN = 3 * LANES       # positions of the register block
-CHUNK = 8 * RUN       # positions of a work item (192: 6 kB a row, so 64 rows fit L1)
+CHUNK = 8 * RUN       # positions of a work item (192: 768 bytes a row, 48 kB for 64 rows)
 KC = 64               # input channels summed before the sums go to the output
+FEW_KC = 32           # ... of a streamed input where the output channels are at most
+FEW_BLOCKS = 4        # ... this many blocks of eight
+STREAM_BYTES = 2 << 20   # inputs larger than this are streamed (module docstring)
 # The register blocks, the column and the epilogue are functions of their own, compiled
 # once per vector width and called (LLVM may still inline them), with the loop's flags (the
 # same code, the same bits): Numba's inlining in its IR copies the callee's whole IR at each
@@ -375,6 +392,15 @@ def _tail(out, oo, ro, size, q0, q1, c0, c1, bias, residual, act, lo, hi, where)
 
 
 @helper(**_OWN)
+def _ask_rows(x, xo, xs, k0, k1, n):
+    """Asks rows ``k0:k1`` of ``x`` (row ``k``'s ``n`` values from ``x[xo + k*xs]``) into
+    L2, each cache line they touch once (a hint: no load, no fault)."""
+    for k in range(k0, k1):
+        for i in range(0, n + LANES * 2 - 1, LANES * 2):
+            prefetch(x, xo + k * xs + min(i, n - 1))
+
+
+@helper(**_OWN)
 def _prologue(x, xo, xs, k0, k1, n, dst, do, ds, scale, shift, act, lo, hi):
     """The prologue of rows ``k0:k1``: ``dst[do + (k-k0)*ds + 0:n] =
     ACTIVATIONS[act](x[xo + k*xs + 0:n] * scale[k] + shift[k])`` (``epilogue._activate``'s
@@ -395,7 +421,7 @@ def _prologue(x, xo, xs, k0, k1, n, dst, do, ds, scale, shift, act, lo, hi):
 @loop(fastmath={"contract"})
 def _forward(start, stop, x, wp, bias, out, residual, scratch, act, lo, hi, where,
              channels, size, cout, kc, sums, groups, ostride, pact, pscale, pshift, plo,
-             phi, pbuf, istride):
+             phi, pbuf, istride, ask):
     """Work items ``start * T // S : stop * T // S`` (``S = scratch.shape[0]`` slots, ``T``
     items: ``groups`` groups of the output channels' blocks of eight, each over every
     image's chunks of ``CHUNK`` positions) of the flat ``out (N, Cout, size)`` (image
@@ -407,7 +433,10 @@ def _forward(start, stop, x, wp, bias, out, residual, scratch, act, lo, hi, wher
     ``sums``: the register block (:func:`block_sums`): 48, 24 or 12. ``pact`` 0 or more:
     the prologue (module docstring; ``pscale``, ``pshift (C,)``, ``plo``, ``phi`` its
     activation's, ``pbuf[slot] (kc*CHUNK + C*LANES,)`` its rows), -1: none. Image ``n``
-    of ``x`` from ``n * istride`` (a concatenation's first channels: :func:`_images`)."""
+    of ``x`` from ``n * istride`` (a concatenation's first channels: :func:`_images`).
+    ``ask``: while a block of ``kc`` rows sums, the next block (the chunk's, else the
+    slot's next item's first) is asked into L2 (:func:`_ask_rows`; an input streamed from
+    memory, module docstring)."""
     chunks = -(-size // CHUNK)
     images = (x.size - channels * size) // istride + 1
     total = images * chunks * groups
@@ -428,9 +457,17 @@ def _forward(start, stop, x, wp, bias, out, residual, scratch, act, lo, hi, wher
                 _prologue(x, xo + whole, size, 0, channels, tail, pbuf[slot], kc * CHUNK,
                           LANES, pscale, pshift, pact, plo, phi)
                 ts, to, tss = pbuf[slot], kc * CHUNK, LANES
+            last = item + 1 == (slot + 1) * total // scratch.shape[0]
             for k0 in range(0, channels, kc):
                 k1 = min(channels, k0 + kc)
                 first = k0 == 0
+                if ask and k1 < channels:       # (this chunk's next block of rows)
+                    _ask_rows(x, xo + q0, size, k1, min(channels, k1 + kc), q1 - q0)
+                elif ask and not last:          # (the slot's next item's first block)
+                    nxt = (item + 1) % (images * chunks)
+                    nq0 = (nxt % chunks) * CHUNK
+                    _ask_rows(x, (nxt // chunks) * istride + nq0, size, 0, min(channels, kc),
+                              min(size, nq0 + CHUNK) - nq0)
                 if pact >= 0:
                     _prologue(x, xo + q0, size, k0, k1, whole - q0, pbuf[slot], 0, CHUNK,
                               pscale, pshift, pact, plo, phi)
@@ -503,6 +540,8 @@ def fitted(x_shape, cout: int, residual: bool, where=0, act=0, lo=-np.inf,
     threads = threads_for(n * cout * size * c) or cores()
     groups = min(blocks, threads) if parts < 4 * threads else 1   
     workers = max(1, min(parts * groups, threads))
+    streamed = n * c * size * 4 > STREAM_BYTES
+    kc = FEW_KC if streamed and blocks <= FEW_BLOCKS else KC
     scratch = np.empty((workers, (LANES - 1) * -(-blocks // 8) * 8 * LANES), F)
     pbuf = np.empty((workers, KC * CHUNK + c * LANES if pre_act >= 0 else 1), F)
     no_residual = np.zeros(1, F)
@@ -521,9 +560,9 @@ def fitted(x_shape, cout: int, residual: bool, where=0, act=0, lo=-np.inf,
         args = (flat_x, packed.reshape(-1),
                 np.ascontiguousarray(b, F), flat_out,
                 np.ascontiguousarray(r[0], F).reshape(-1) if r else no_residual, scratch,
-                act, lo, hi, where, c, size, cout, KC, sums, groups, ostride, pre_act,
+                act, lo, hi, where, c, size, cout, kc, sums, groups, ostride, pre_act,
                 np.ascontiguousarray(scale, F), np.ascontiguousarray(shift, F), pre_lo,
-                pre_hi, pbuf, istride)
+                pre_hi, pbuf, istride, streamed)
         if workers > 1:
             run_rows(_forward, workers, *args, threads=workers)
         else:
