@@ -265,39 +265,3 @@ def test_the_inliners_scope_copies_leave_the_machine_code_as_it_was():
                            text=True, timeout=300) for inliner in ("shim", "numba's own")]
     assert [r.returncode for r in runs] == [0, 0], [r.stderr[-2000:] for r in runs]
     assert runs[0].stdout == runs[1].stdout
-
-
-KEPT_SOURCE = ("from dualgraph.kernels import loop\n"
-               "@loop\n"
-               "def scaled(start, stop, x, scratch, scale, shift, out):\n"
-               "    for i in range(start, stop):\n"
-               "        scratch[i] = x[i] * scale\n"
-               "        out[i] = scratch[i] + shift\n")
-
-
-@pytest.mark.parametrize("native_entry", [True, False])
-def test_a_kept_call_rewrites_only_the_varying_words(monkeypatch, native_entry):
-    """``threads.Kept``: the job entry's block made at the first call, then only the words
-    of the varying arguments rewritten; other arrays at those places (new objects, other
-    values) and each call's rows computed on, the fixed ones (a scratch the caller no longer
-    holds, float32 and integer scalars) kept as the first call's. Without a native entry, the dispatcher with
-    every argument: the same values."""
-    import gc
-
-    from dualgraph.codegen.cache import load_module
-    from dualgraph.kernels import threads
-    if not native_entry:
-        monkeypatch.setattr(native, "address", lambda entry: None)
-    scaled = load_module(KEPT_SOURCE).scaled
-    rng = np.random.default_rng(0)
-    entry = []
-    for call in range(4):
-        x = rng.normal(size=40).astype(np.float32)
-        out = np.empty(40, np.float32)
-        threads.run_kept(scaled, 1, entry, x, np.empty(40, np.float32), np.float32(1.5), 3,
-                         out, rows=40 - call, varying=(0, 4))
-        gc.collect()
-        want = x * np.float32(1.5) + np.float32(3)
-        np.testing.assert_array_equal(out[:40 - call], want[:40 - call])   # (rows: each call's)
-        assert isinstance(entry[0], threads.Kept)
-        assert (entry[0].job is not None) == native_entry

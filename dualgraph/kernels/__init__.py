@@ -86,16 +86,11 @@ class Loop:
         """The machine address of this loop's job entry for arguments like these (one
         int64: the address of a block of their words, ``native.job_words``), which
         OpenBLAS's threads can run (``blas_threads.py``); None without native entries."""
-        return native.address(self.job_entry(*args))
-
-    def job_entry(self, *args):
-        """The callable of :meth:`job_address`'s entry (a ctypes function of the block's
-        address), or Numba's dispatcher of the loop where no native entry exists."""
         key = (native.JOB,) + native.signature(args)
         compiled = self._compiled.get(key)
         if compiled is None:
             compiled = self._compiled[key] = native.compiled(self, key)
-        return compiled
+        return native.address(compiled)
 
     def entry(self, *args):
         """The callable a call with these arguments runs (compiled for their types): a

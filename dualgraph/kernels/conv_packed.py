@@ -836,9 +836,6 @@ def fitted(x_shape, out_shape, stride, padding, dilation, kernel, plan_=None,
     geometry = (act, F(lo), F(hi), where, c, h, wd, cout, ho, wo,
                 stride[0], stride[1], padding[0][0], padding[1][0], hp, wp, p.block, groups)
     no_residual, entry = np.zeros(1, F), []
-    # (the arguments of ``run_kept`` a call may change: x, the weight, out, the residual
-    # and the distance between out's images; the rest are this closure's, made once)
-    varying = (0, 1, 4, 5, 8 + len(geometry))
 
     def run(x, packed, bias, out, residual=None):
         b[:, :cout // groups] = np.reshape(bias, (groups, -1))
@@ -847,6 +844,6 @@ def fitted(x_shape, out_shape, stride, padding, dilation, kernel, plan_=None,
         flat_out, ostride = out_images(out)
         run_kept(_forward, workers, entry, np.ascontiguousarray(x, F).reshape(-1),
                  packed.reshape(-1), offsets, b.reshape(-1), flat_out, res, scratch, acc,
-                 *geometry, ostride, mode, varying=varying)
+                 *geometry, ostride, mode)
         return out
     return run

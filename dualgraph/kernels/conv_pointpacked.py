@@ -71,7 +71,7 @@ from . import helper, isa, loop, numba_available, out_images
 from .epilogue import _ZERO, _activate, plane_tail
 from .simd import (LANES, WIDE, broadcast, broadcast_at, broadcast_at_like, broadcast_wide,
                    fma, lanes_of, load, load_like, prefetch, store)
-from .threads import run_kept, threads_for
+from .threads import run_rows, threads_for
 from .tuning import cores
 
 F = np.float32
@@ -479,12 +479,6 @@ def block_sums() -> int:
     return 24 if isa.vector_registers() >= 32 else 12
 
 
-# The arguments of ``_forward`` after its range that a fitted call may change (``run_kept``):
-# x, the weight, the bias, out, the residual, out's and x's distances between images, the
-# prologue's scale and shift; the rest are the fitted closure's, made once.
-_VARYING = (0, 1, 2, 3, 4, 16, 18, 19, 23)
-
-
 def fitted(x_shape, cout: int, residual: bool, where=0, act=0, lo=-np.inf,
            hi=np.inf, sums=None, pre_act=-1, pre_lo=-np.inf, pre_hi=np.inf, stride=(1, 1)):
     """``run(x, packed, b, *residual, out=None, pre=None)``: :func:`_forward` fitted to
@@ -530,7 +524,12 @@ def fitted(x_shape, cout: int, residual: bool, where=0, act=0, lo=-np.inf,
                 act, lo, hi, where, c, size, cout, KC, sums, groups, ostride, pre_act,
                 np.ascontiguousarray(scale, F), np.ascontiguousarray(shift, F), pre_lo,
                 pre_hi, pbuf, istride)
-        run_kept(_forward, workers, entry, *args, varying=_VARYING)
+        if workers > 1:
+            run_rows(_forward, workers, *args, threads=workers)
+        else:
+            if not entry:
+                entry.append(_forward.entry(0, 1, *args))
+            entry[0](0, 1, *args)
         return out
     return run
 

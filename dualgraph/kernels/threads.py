@@ -58,62 +58,19 @@ def run_rows(loop, rows: int, *args, threads: int | None = None) -> None:
     thread_use.note(loop, min(threads or tuning.cores(), rows), ran, start)
 
 
-def run_kept(loop, workers: int, entry: list, *args, rows: int | None = None,
-             varying: tuple | None = None) -> None:
+def run_kept(loop, workers: int, entry: list, *args, rows: int | None = None) -> None:
     """``loop(0, rows, *args)`` (``rows`` default ``workers``: a loop that splits its
     items by worker) over ``workers`` threads (:func:`run_rows`); on one, through the
     compiled entry kept in the caller's list ``entry`` (filled at the first call): no
     type dispatch per call. For a caller fitted to its shapes, whose calls pass arguments
-    of the same types every time. ``varying``: the positions in ``args`` of the only
-    arguments that may be other objects from one call to the next (arrays, integers);
-    then, on one thread, the call goes through a :class:`Kept` job entry, ``rows`` and
-    those taken at each call, all other arguments (which it keeps alive) as the first
-    call's."""
+    of the same types every time."""
     rows = workers if rows is None else rows
     if workers > 1:
         run_rows(loop, rows, *args, threads=workers)
         return
     if not entry:
-        entry.append(loop.entry(0, rows, *args) if varying is None
-                     else Kept(loop, (0, rows, *args), (1, *(2 + i for i in varying))))
-    if varying is None:
-        entry[0](0, rows, *args)
-    else:
-        entry[0](rows, *[args[i] for i in varying])
-
-
-class Kept:
-    """``loop(*args)`` called again and again by a kernel fitted to its shapes, with
-    arguments of the same types, most of them the same objects at every call (its scratch,
-    its geometry): through the loop's job entry (one int64, the address of a block holding
-    each argument in a word: ``native.job_words``), the block made once and only the words
-    at ``varying`` (arrays or integers) rewritten at each call. A ctypes call converts every
-    argument it is given, 3-4 us of CPU for the 26 to 34 arguments of a conv's loop, where
-    one word takes 0.5 (docs/benchmarks.md, issue 26 i-regnet4). Where the loop has no
-    native entry (Numba's dispatcher), every argument is passed as it is. A call at a time
-    (one block); the arrays of ``args`` not at ``varying`` are kept alive here."""
-
-    def __init__(self, loop, args: tuple, varying: tuple):
-        self.args, self.varying = list(args), varying
-        self.job = loop.job_entry(*args)
-        if native.address(self.job) is None:
-            self.job, self.entry = None, loop.entry(*args)
-        self.words = np.array(native.job_words(args), np.int64)
-        self.address = self.words.ctypes.data
-        for i in varying:   # (the first call's: not kept alive past it)
-            self.args[i] = None
-
-    def __call__(self, *values) -> None:
-        if self.job is None:
-            args = list(self.args)
-            for i, v in zip(self.varying, values):
-                args[i] = v
-            self.entry(*args)
-            return
-        words = self.words
-        for i, v in zip(self.varying, values):
-            words[i] = id(v) if type(v) is np.ndarray else v
-        self.job(self.address)
+        entry.append(loop.entry(0, rows, *args))
+    entry[0](0, rows, *args)
 
 
 def _run_rows(loop, rows: int, args: tuple, threads: int | None) -> int:
