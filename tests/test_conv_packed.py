@@ -533,12 +533,14 @@ def _grouped_rows(lib):
 
 
 # a model, its input's (C, H, W), its packed convs, a packed weight's name in the graph
-# (the strided 1x1 shortcut of _grouped's blocks is packed too: conv_pointpacked's strides)
+# (the strided 1x1 shortcut of _grouped's blocks is packed too: conv_pointpacked's strides);
+# _grouped also on a plane larger than 28x28 (groups of sixteen there ran the direct loop
+# on eight lanes before), groups of 24 on both widths
 PACKED_MODELS = [(_net, (13, 15, 17), 4, "c1.weight_packed"), (_stem, (3, 37, 45), 2, ""),
                  (_grouped, (24, 15, 13), 4, "b.0.weight_packed"),
-                 (_grouped_rows, (24, 9, 7), 4, "b.0.weight_packed")]
-if conv_packed.wide():      # (on eight lanes the direct loop takes groups of 24)
-    PACKED_MODELS.append((_grouped24, (24, 15, 13), 4, "b.0.weight_packed"))
+                 (_grouped, (24, 33, 31), 4, "b.0.weight_packed"),
+                 (_grouped_rows, (24, 9, 7), 4, "b.0.weight_packed"),
+                 (_grouped24, (24, 15, 13), 4, "b.0.weight_packed")]
 
 
 @pytest.mark.parametrize("batch", [1, 3])
