@@ -779,7 +779,7 @@ def groups_fit(w_shape, groups) -> bool:
     where it beat ``conv_direct``'s loop, which reloads each input plane once per output
     channel. On sixteen-lane vectors (:func:`wide`) 1.6-1.8x faster at sixteen and
     thirty-two outputs a group, 1.4-1.5x at 24 and 40, 1.1x at 8 (docs/benchmarks.md,
-    "grouped convs of any width"); on eight lanes (Zen 4) 1.9-2.1x at sixteen at stride 1
+    "grouped convs of any width"); on eight lanes (Zen 4) 1.8-2.3x at sixteen at stride 1
     and 2 on 56x56 and 112x112 planes, 1.4-2.1x at 24 and 40, 1.0-1.4x at 8, batch 1 and
     16 (docs/benchmarks.md, issue 26 i-regnet4). At four outputs a group the direct loop
     took half the time on either width."""
