@@ -35,7 +35,7 @@ CASES = [
     (1, 4, 16, 19, 40, (5, 5), (2, 1), ((2, 1), (0, 2)), (1, 2), 1),
     # grouped convs of a multiple of sixteen outputs a group: two groups of 16, three of 32
     # at stride 2 and batch 3, ten input channels a group with asymmetric padding and
-    # dilation, a group width of 48 on a plane larger than GROUPED_MAX_PLANE
+    # dilation, a group width of 48 on a plane larger than 28x28
     (1, 32, 9, 11, 32, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 2),
     (3, 48, 13, 7, 96, (3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1), 3),
     (1, 40, 10, 9, 64, (3, 3), (1, 2), ((0, 1), (2, 1)), (2, 1), 4),
@@ -43,7 +43,7 @@ CASES = [
     # groups whose outputs are not a multiple of sixteen (padded to whole pairs, the last
     # pair's spare lanes idle): 8 at stride 2 and batch 2, 24 (a whole pair and a half) with
     # asymmetric padding and dilation, 10 at batch 3; and sixteen on a plane larger than
-    # GROUPED_MAX_PLANE at stride 2 (these four the loop takes on sixteen-lane vectors)
+    # 28x28 at stride 2
     (2, 24, 11, 10, 24, (3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1), 3),
     (1, 36, 9, 13, 72, (3, 3), (1, 1), ((1, 0), (2, 1)), (2, 1), 3),
     (3, 40, 8, 8, 40, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 4),
@@ -131,7 +131,7 @@ def test_phases_match_the_bordered_planes_sliced():
 def test_loop_matches_torch(case):
     x, w, b, attrs = _data(case)
     assert conv_packed.packed_wins(x.shape, w.shape, attrs["padding"], attrs["groups"],
-                                   x.dtype) or (case in GROUPED[4:] and not conv_packed.wide())
+                                   x.dtype)
     want = torch.relu(_torch_conv(x, w, b, **attrs)).numpy()
     np.testing.assert_allclose(_packed(x, w, b, **attrs), want, rtol=1e-5, atol=1e-5)
 
@@ -384,18 +384,22 @@ def test_first_layers_with_few_weights_a_position_stay_with_conv_outlanes():
     assert conv_packed.packed_wins((1, 5, 224, 224), (64, 5, 3, 3), pad, 1, np.float32)
 
 
-def test_grouped_convs_the_loop_takes():
-    """Groups of more than one input channel: where a pair is one sixteen-lane vector,
-    those whose pairs have half their lanes busy or more; on eight lanes, groups of a
-    multiple of sixteen outputs, sixteen only on planes up to GROUPED_MAX_PLANE."""
+@pytest.mark.parametrize("wide", [False, True])
+def test_grouped_convs_the_loop_takes(monkeypatch, wide):
+    """Groups of more than one input channel whose pairs have half their lanes busy or
+    more, on any plane and at either vector width (eight lanes: Zen 4)."""
+    monkeypatch.setattr(conv_packed, "wide", lambda: wide)
     pad = ((1, 1), (1, 1))
     wins = lambda x, w, g: conv_packed.packed_wins(x, w, pad, g, np.float32)
     assert wins((1, 384, 7, 7), (384, 16, 3, 3), 24)
     assert wins((1, 128, 28, 28), (128, 16, 3, 3), 8)
-    assert wins((1, 128, 56, 56), (128, 16, 3, 3), 8) == conv_packed.wide()
+    assert wins((1, 32, 112, 112), (32, 16, 3, 3), 2)      # (16 a group, a large plane)
+    assert wins((1, 128, 56, 56), (128, 16, 3, 3), 8)
     assert wins((1, 128, 56, 56), (128, 32, 3, 3), 4)
-    assert wins((1, 64, 14, 14), (64, 8, 3, 3), 8) == conv_packed.wide()   # (8 a group)
-    assert wins((1, 96, 14, 14), (96, 24, 3, 3), 4) == conv_packed.wide()   # (24 a group)
+    assert wins((1, 64, 14, 14), (64, 8, 3, 3), 8)          # (8 a group: half a pair)
+    assert wins((1, 96, 14, 14), (96, 24, 3, 3), 4)         # (24 a group)
+    assert wins((1, 200, 29, 29), (200, 40, 3, 3), 5)        # (40: two pairs and a half)
+    assert not wins((1, 96, 14, 14), (96, 6, 3, 3), 16)     # (6 a group: under half busy)
     assert not wins((1, 64, 14, 14), (64, 4, 3, 3), 16)     # (4 outputs a group: 1/4 busy)
     assert not wins((1, 32, 14, 14), (32, 1, 3, 3), 32)     # (depthwise)
     assert not wins((1, 16, 14, 14), (32, 1, 3, 3), 16)     # (one input channel a group)
@@ -529,12 +533,14 @@ def _grouped_rows(lib):
 
 
 # a model, its input's (C, H, W), its packed convs, a packed weight's name in the graph
-# (the strided 1x1 shortcut of _grouped's blocks is packed too: conv_pointpacked's strides)
+# (the strided 1x1 shortcut of _grouped's blocks is packed too: conv_pointpacked's strides);
+# _grouped also on a plane larger than 28x28 (groups of sixteen there ran the direct loop
+# on eight lanes before), groups of 24 on both widths
 PACKED_MODELS = [(_net, (13, 15, 17), 4, "c1.weight_packed"), (_stem, (3, 37, 45), 2, ""),
                  (_grouped, (24, 15, 13), 4, "b.0.weight_packed"),
-                 (_grouped_rows, (24, 9, 7), 4, "b.0.weight_packed")]
-if conv_packed.wide():      # (on eight lanes the direct loop takes groups of 24)
-    PACKED_MODELS.append((_grouped24, (24, 15, 13), 4, "b.0.weight_packed"))
+                 (_grouped, (24, 33, 31), 4, "b.0.weight_packed"),
+                 (_grouped_rows, (24, 9, 7), 4, "b.0.weight_packed"),
+                 (_grouped24, (24, 15, 13), 4, "b.0.weight_packed")]
 
 
 @pytest.mark.parametrize("batch", [1, 3])

@@ -101,7 +101,6 @@ ROW_COST = 1.12
 ROW_PAIR_COST = 1.0
 # Weight bytes of a pair's block of taps: they stay in L1 while the positions pass.
 BLOCK_BYTES = 12 << 10
-GROUPED_MAX_PLANE = 28 * 28   # (input positions: ``groups_fit``)
 # The loop's kinds of work item (``_forward``'s ``mode``): a pair on eight-lane vectors, a
 # pair on one sixteen-lane vector (``wide``), two pairs at once on them (one group, and
 # items enough for every thread: an item each at least), three pairs at once on runs of a
@@ -765,7 +764,7 @@ def packed_wins(x_shape, w_shape, padding, groups, dtype) -> bool:
     docs/benchmarks.md, 2026-12-04 "stems"). Measured against each path it replaces on 3x3
     layers of 16-512 channels, 7x7 to 56x56 planes, stride 1 and 2, and 5x5 layers:
     0.5-1.0x their time (docs/benchmarks.md, "packed weights")."""
-    return (np.dtype(dtype) == np.float32 and groups_fit(x_shape, w_shape, groups)
+    return (np.dtype(dtype) == np.float32 and groups_fit(w_shape, groups)
             and w_shape[0] >= PAIR
             and w_shape[2] * w_shape[3] > 1 and min(min(p) for p in padding) >= 0
             and numba_available()
@@ -773,25 +772,20 @@ def packed_wins(x_shape, w_shape, padding, groups, dtype) -> bool:
                  or not conv_outlanes.wanted(x_shape, w_shape, padding, groups, dtype)))
 
 
-def groups_fit(x_shape, w_shape, groups) -> bool:
-    """Whether the loop takes a conv of ``groups`` with weight ``w_shape`` on ``x_shape``:
-    one group, or several of more than one input channel (one is a depthwise conv's)
-    where it beat ``conv_direct``'s loop. Where a pair is one sixteen-lane vector
-    (:func:`wide`): groups whose pairs have at least half their lanes busy (a group of
-    ``Cout/G`` outputs takes :func:`padded_width`'s), 1.6-1.8x faster at sixteen and
-    thirty-two outputs a group, 1.4-1.5x at 24 and 40, 1.1x at 8; at four the direct loop
-    took half the time (docs/benchmarks.md, "grouped convs of any width"). On eight-lane
-    vectors groups of a multiple of sixteen outputs, sixteen only on planes of at most
-    ``GROUPED_MAX_PLANE`` (larger ones tied or lost at stride 2, the stride this rule cannot
-    see: docs/benchmarks.md, "grouped convs")."""
-    width = w_shape[0] // groups
+def groups_fit(w_shape, groups) -> bool:
+    """Whether the loop takes a conv of ``groups`` with weight ``w_shape``: one group, or
+    several of more than one input channel (one is a depthwise conv's) whose pairs have at
+    least half their lanes busy (a group of ``Cout/G`` outputs takes :func:`padded_width`'s),
+    where it beat ``conv_direct``'s loop, which reloads each input plane once per output
+    channel. On sixteen-lane vectors (:func:`wide`) 1.6-1.8x faster at sixteen and
+    thirty-two outputs a group, 1.4-1.5x at 24 and 40, 1.1x at 8 (docs/benchmarks.md,
+    "grouped convs of any width"); on eight lanes (Zen 4) 1.8-2.3x at sixteen at stride 1
+    and 2 on 56x56 and 112x112 planes, 1.4-2.1x at 24 and 40, 1.0-1.4x at 8, batch 1 and
+    16 (docs/benchmarks.md, issue 26 i-regnet4). At four outputs a group the direct loop
+    took half the time on either width."""
     if groups == 1:
         return True
-    if w_shape[1] <= 1:
-        return False
-    if wide():
-        return 2 * width >= padded_width(w_shape[0], groups)
-    return width % PAIR == 0 and (width > PAIR or x_shape[2] * x_shape[3] <= GROUPED_MAX_PLANE)
+    return w_shape[1] > 1 and 2 * (w_shape[0] // groups) >= padded_width(w_shape[0], groups)
 
 
 def conv(x, packed, out, stride, padding, dilation, bias, kernel, plan_=None, residual=None,

@@ -39,7 +39,7 @@ def _float32_static(node: Node) -> bool:
 
 def _packable(node: Node) -> bool:
     """Whether a loop on the packed weight takes ``node``'s conv:
-    ``conv_packed.packed_wins`` (one group, or groups of sixteen outputs and more), or
+    ``conv_packed.packed_wins`` (one group, or groups whose pairs are half busy or more), or
     ``conv_pointpacked.wins`` (1x1 convs of one group); not the few-channel convs that
     ``conv_shallow`` runs faster on the weight as it is (``conv_shallow.wins``)."""
     x, w = node.inputs[:2]
