@@ -96,9 +96,7 @@ class ModuleFacts:
             # (facts equal to the last keep the last's tuple: a signature holds that very
             # tuple, and comparing a tuple with itself checks its five parts by identity,
             # where an equal copy compares every attribute of every module at each call)
-            if facts != self.facts:
-                self.facts = facts
-            self.version = version
+            self.facts, self.version = (self.facts if facts == self.facts else facts), version
             self.params = [p for _, root in self.roots for p in root.parameters()]
             self.requires = [p.requires_grad for p in self.params]
         return self.facts

@@ -129,7 +129,6 @@ def _claim_chunks(board, sequence):
     b = float32_array(load(board + 8 * B), rows)
     y = float32_array(load(board + 8 * Y), rows)
     flags, chunks = load(board + 8 * FLAGS), load(board + 8 * CHUNKS)
-    has_bias, relu = flags & 1 != 0, flags & 2 != 0
     done = 0
     while True:
         ticket = load(board + 8 * TICKET)
@@ -137,7 +136,7 @@ def _claim_chunks(board, sequence):
         if ticket >> 32 != sequence or chunk >= chunks:
             return done
         if compare_exchange(board + 8 * TICKET, ticket, ticket + 1) == ticket:
-            _dot_rows(w, x, b, y, has_bias, relu, chunk * CHUNK_ROWS,
+            _dot_rows(w, x, b, y, flags & 1 != 0, flags & 2 != 0, chunk * CHUNK_ROWS,
                       min(rows, (chunk + 1) * CHUNK_ROWS))
             add(board + 8 * DONE, 1)
             done += 1
