@@ -53,10 +53,11 @@ STALL_NS = 100_000
 # From this many columns each row is summed alone, so the loop reads the weight as one
 # sequential stream, which the hardware prefetcher follows; four rows a pass read four
 # streams a row (a few hundred bytes to a few KB) long, too short for it to follow, and
-# wait on memory wherever the weight is not in L2 (a model's weights, between calls):
-# 384 x 1000 from L3 took 0.12 ms four rows a pass, 0.035 one row; in L2 both 0.02. Below
-# it a row alone is mostly the vector loop's scalar tail, and four rows (x read once for
-# four) are faster.
+# wait on memory wherever the weight is not in L2 (a model's weights, between calls): a
+# 1024 x 1000 weight from memory took 0.25 ms four rows a pass, 0.17 one row (but one read
+# again and again from L3, 1280 x 1000, 0.082 against 0.069: four streams keep more misses
+# in flight). Below it a row alone is mostly the vector loop's scalar tail, and four rows
+# (x read once for four) are faster.
 LONG_ROW = 128
 _FAST = {"reassoc", "nsz", "contract"}
 
