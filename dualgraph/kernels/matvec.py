@@ -16,9 +16,10 @@ asleep simply claims nothing, so no product ever waits for it, and a helper that
 finished job's fields fails its claim (the sequence moved on) and reads them again.
 
 Each row is one dot product summed in one order (a row alone, or four rows at a time from
-row 0 where rows are short: ``LONG_ROW``), so the result does not depend on which thread ran which rows, nor on whether the helper was awake:
-every product of this shape gives the same bits. Callers: the eager ``linear`` kernel and
-the code the compiler writes for it (``ops/linalg.py``).
+row 0 where rows are short: ``LONG_ROW``), so the result does not depend on which thread
+ran which rows, nor on whether the helper was awake: every product of this shape gives the
+same bits. Callers: the eager ``linear`` kernel and the code the compiler writes for it
+(``ops/linalg.py``).
 """
 from __future__ import annotations
 
