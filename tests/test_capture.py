@@ -608,6 +608,28 @@ def test_an_inference_call_takes_the_inlined_fast_path_with_the_same_guards(monk
     assert recorded._fast is None
 
 
+def test_module_facts_recomputed_equal_keep_the_signatures_tuple():
+    """A module's facts recomputed after an attribute change that alters none of them keep
+    the tuple a signature (and the fast path) holds, so the fast path's guard compares the
+    tuple with itself (five identity checks), not an equal copy attribute by attribute;
+    facts that do change still give a new tuple and take the general path."""
+    model = dg.nn.Sequential(dg.nn.Linear(4, 3), dg.nn.Hardswish(), dg.nn.Linear(3, 2))
+    model.eval()
+    f = dg.compile(model, dynamic=False)
+    x = dg.randn(1, 4)
+    with dg.no_grad():
+        f(x)
+        f(x)
+        held = f._fast.__globals__["module_facts"]
+        assert f._module_facts.get() is held
+        model[0].note = object()          # no fact, but it bumps the structure version
+        assert f._module_facts.get() is held
+        np.testing.assert_array_equal(f(x).numpy(), model(x).numpy())
+        model[1].inplace = True                              # a scalar fact: a new tuple
+        assert f._module_facts.get() != held
+        np.testing.assert_array_equal(f(x).numpy(), model(x).numpy())
+
+
 @pytest.mark.parametrize("zero_grad", [True, False], ids=["zero_grad", "accumulating"])
 def test_a_training_step_takes_the_inlined_fast_path_and_keeps_eagers_results(monkeypatch,
                                                                                zero_grad):

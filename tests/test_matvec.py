@@ -18,7 +18,8 @@ from dualgraph.kernels import matvec, tuning
 
 pytestmark = pytest.mark.skipif(not kernels.numba_available(), reason="Numba is not installed")
 
-SHAPES = [(512, 784), (512, 512), (10, 512), (7, 1000), (130, 999), (1030, 64), (3, 4096)]
+SHAPES = [(512, 784), (512, 512), (10, 512), (7, 1000), (130, 999), (1030, 64), (3, 4096),
+          (37, 127), (37, 128)]   # (each side of matvec.LONG_ROW)
 
 
 def product(rows, cols, seed=0, bias=True):

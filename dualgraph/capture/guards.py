@@ -92,8 +92,11 @@ class ModuleFacts:
         version = counter() if counter is not None else None
         if (version is None or version != self.version
                 or [p.requires_grad for p in self.params] != self.requires):
-            self.facts = module_facts(self.roots, self.inputs, self.kept)
-            self.version = version
+            facts = module_facts(self.roots, self.inputs, self.kept)
+            # (facts equal to the last keep the last's tuple: a signature holds that very
+            # tuple, and comparing a tuple with itself checks its five parts by identity,
+            # where an equal copy compares every attribute of every module at each call)
+            self.facts, self.version = (self.facts if facts == self.facts else facts), version
             self.params = [p for _, root in self.roots for p in root.parameters()]
             self.requires = [p.requires_grad for p in self.params]
         return self.facts

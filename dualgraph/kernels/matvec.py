@@ -15,10 +15,11 @@ count the chunks they finish; the caller returns when all are counted. A helper 
 asleep simply claims nothing, so no product ever waits for it, and a helper that read a
 finished job's fields fails its claim (the sequence moved on) and reads them again.
 
-Each row is one dot product summed in one order (four rows at a time, from row 0), so the
-result does not depend on which thread ran which rows, nor on whether the helper was awake:
-every product of this shape gives the same bits. Callers: the eager ``linear`` kernel and
-the code the compiler writes for it (``ops/linalg.py``).
+Each row is one dot product summed in one order (a row alone, or four rows at a time from
+row 0 where rows are short: ``LONG_ROW``), so the result does not depend on which thread
+ran which rows, nor on whether the helper was awake: every product of this shape gives the
+same bits. Callers: the eager ``linear`` kernel and the code the compiler writes for it
+(``ops/linalg.py``).
 """
 from __future__ import annotations
 
@@ -50,6 +51,15 @@ SPIN_POLLS, YIELD_POLLS = 40_000, 64
 # alone. (A stall is timed, not counted in polls: on a busy host each ``sched_yield`` of
 # the wait may give the core away for a whole time slice.)
 STALL_NS = 100_000
+# From this many columns each row is summed alone, so the loop reads the weight as one
+# sequential stream, which the hardware prefetcher follows; four rows a pass read four
+# streams a row (a few hundred bytes to a few KB) long, too short for it to follow, and
+# wait on memory wherever the weight is not in L2 (a model's weights, between calls): a
+# 1024 x 1000 weight from memory took 0.25 ms four rows a pass, 0.17 one row (but one read
+# again and again from L3, 1280 x 1000, 0.082 against 0.069: four streams keep more misses
+# in flight). Below it a row alone is mostly the vector loop's scalar tail, and four rows
+# (x read once for four) are faster.
+LONG_ROW = 128
 _FAST = {"reassoc", "nsz", "contract"}
 
 # The board's words (8 bytes each). The ticket and the done count, which both threads
@@ -64,11 +74,12 @@ _BOARD_WORDS = 40
 @helper(inline="always")
 def _dot_rows(w, x, b, y, has_bias, relu, start, stop):
     """``y[i] = w[i] . x (+ b[i])``, then ``relu`` of it if asked, for rows ``start:stop``
-    of ``w`` (flat, rows of ``x.size``): four rows per pass, so each element of ``x`` is
-    loaded once for four products; ``start`` a multiple of 4, the leftover rows (at the
-    matrix's end) one by one."""
+    of ``w`` (flat, rows of ``x.size``): rows of ``LONG_ROW`` or more one by one (one
+    stream through the weight), shorter ones four per pass, so each element of ``x`` is
+    loaded once for four products (``start`` a multiple of 4, the leftover rows at the
+    matrix's end one by one)."""
     n = x.size
-    top = start + (stop - start) // 4 * 4
+    top = start if n >= LONG_ROW else start + (stop - start) // 4 * 4
     for i in range(start, top, 4):
         # (row views: indexing them by k >= 0 needs no negative-index check, which would
         # keep the loop from vectorising)
@@ -120,7 +131,6 @@ def _claim_chunks(board, sequence):
     b = float32_array(load(board + 8 * B), rows)
     y = float32_array(load(board + 8 * Y), rows)
     flags, chunks = load(board + 8 * FLAGS), load(board + 8 * CHUNKS)
-    has_bias, relu = flags & 1 != 0, flags & 2 != 0
     done = 0
     while True:
         ticket = load(board + 8 * TICKET)
@@ -128,7 +138,7 @@ def _claim_chunks(board, sequence):
         if ticket >> 32 != sequence or chunk >= chunks:
             return done
         if compare_exchange(board + 8 * TICKET, ticket, ticket + 1) == ticket:
-            _dot_rows(w, x, b, y, has_bias, relu, chunk * CHUNK_ROWS,
+            _dot_rows(w, x, b, y, flags & 1 != 0, flags & 2 != 0, chunk * CHUNK_ROWS,
                       min(rows, (chunk + 1) * CHUNK_ROWS))
             add(board + 8 * DONE, 1)
             done += 1
