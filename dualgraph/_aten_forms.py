@@ -31,6 +31,7 @@ from . import dtypes
 from .amp import get_autocast_dtype, is_autocast_enabled
 from .autograd.tape import grad_mode, set_detect_anomaly
 from .nn import functional as F
+from .nn.functional import _REDUCTIONS as REDUCTION_ENUM   # torch's enum: 0, 1, 2
 from . import shapes
 from .ops import creation, elementwise as ew, linalg, reduce as red, shape as shape_ops
 from .ops.index import nonzero
@@ -54,15 +55,14 @@ __all__ = ["layer_norm", "group_norm", "batch_norm", "instance_norm", "rms_norm"
            "set_flush_denormal", "set_warn_always", "is_warn_always_enabled",
            "is_autocast_cpu_enabled", "get_autocast_cpu_dtype"]
 
-REDUCTIONS = ("none", "mean", "sum")   # torch's enum: 0, 1, 2
 
 
 def _reduction(reduction) -> str:
     """torch's enum (or the name ``nn.functional`` takes) as the name."""
-    if isinstance(reduction, str) and reduction in REDUCTIONS:
+    if isinstance(reduction, str) and reduction in REDUCTION_ENUM:
         return reduction
-    if isinstance(reduction, int) and 0 <= reduction < len(REDUCTIONS):
-        return REDUCTIONS[reduction]
+    if isinstance(reduction, int) and 0 <= reduction < len(REDUCTION_ENUM):
+        return REDUCTION_ENUM[reduction]
     raise ValueError(f"reduction={reduction!r}: expected 0 (none), 1 (mean) or 2 (sum)")
 
 

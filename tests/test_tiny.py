@@ -341,6 +341,21 @@ LAYERS.update({   # the less common layers and losses (tests/test_nn_more_layers
     "LazyInstanceNorm1d": (nn.LazyInstanceNorm1d, [(2, 3, 4)], (2, 3, 4)),
     "LazyInstanceNorm2d": (nn.LazyInstanceNorm2d, [(2, 3, 2, 3)], (2, 3, 2, 3)),
     "LazyInstanceNorm3d": (nn.LazyInstanceNorm3d, [(1, 2, 2, 3, 3)], (1, 2, 2, 3, 3)),
+    # 3-D pooling and transposed convs, torch's older and single-process names
+    "ConvTranspose3d": (lambda: nn.ConvTranspose3d(2, 3, 2, stride=2), [(1, 2, 2, 3, 2)],
+                        (1, 3, 4, 6, 4)),
+    "LazyConvTranspose3d": (lambda: nn.LazyConvTranspose3d(3, 2), [(1, 2, 2, 3, 2)],
+                            (1, 3, 3, 4, 3)),
+    "AdaptiveMaxPool3d": (lambda: nn.AdaptiveMaxPool3d((1, 2, 2)), [(1, 2, 3, 4, 4)],
+                          (1, 2, 1, 2, 2)),
+    "LPPool3d": (lambda: nn.LPPool3d(2, 2), [(1, 2, 4, 4, 4)], (1, 2, 2, 2, 2)),
+    "MaxUnpool3d": (lambda: nn.MaxUnpool3d(2), [(1, 2, 2, 2, 2), (1, 2, 2, 2, 2, "int")],
+                    (1, 2, 4, 4, 4)),
+    "NLLLoss2d": (nn.NLLLoss2d, [(2, 3, 2, 2), (2, 2, 2, "int")], ()),
+    "SyncBatchNorm": (lambda: nn.SyncBatchNorm(3), [(2, 3, 2, 2)], (2, 3, 2, 2)),
+    "DataParallel": (lambda: nn.DataParallel(nn.Linear(4, 2)), [(3, 4)], (3, 2)),
+    "AdaptiveLogSoftmaxWithLoss": (lambda: nn.AdaptiveLogSoftmaxWithLoss(4, 6, [2, 4]),
+                                   [(3, 4), (3, "int")], (3,)),
 })
 NOT_LAYERS = {"Module", "ModuleDict", "ModuleList", "ParameterDict", "ParameterList",
               "RNNBase", "RNNCellBase"}
