@@ -429,12 +429,16 @@ def compare(impls: dict, rounds: int, threads: int = THREADS) -> dict:
     """Each engine of ``impls`` (:func:`engines`) timed once per round, in turns, after
     an untimed call of its own (on several ``threads`` also after ``QUIET_S``): its best
     CPU and wall times, its CPU time over onnxruntime's, its output's error against
-    torch's."""
+    torch's. The turns rotate by one engine a round, so no engine always follows the
+    same one (whichever engine follows another pays for the cache state that one left:
+    0.05-0.1 ms at batch 1)."""
     want = impls["torch_eager"][1]
     cpu = {k: np.inf for k in impls}
     wall = dict(cpu)
-    for _ in range(rounds):
-        for k, (call, _) in impls.items():
+    order = list(impls)
+    for r in range(rounds):
+        for k in order[r % len(order):] + order[:r % len(order)]:
+            call = impls[k][0]
             if threads > 1:
                 time.sleep(QUIET_S)
             call()
