@@ -21,8 +21,8 @@ import numpy as np
 
 from .. import kernels
 from ..dispatch import apply
-from ..kernels.epilogue import ACTIVATIONS
 from ..kernels import matvec
+from ..kernels.epilogue import ACTIVATIONS
 from ..kernels.threads import run_kept, run_rows, threads_for
 from ..shapes import ShapedType, is_static
 from . import conv as conv_ops
