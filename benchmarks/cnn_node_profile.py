@@ -13,8 +13,10 @@ is printed for both, with the ratio and the gap (ours less onnxruntime's), large
 first. The kinds are what lets the two graphs be compared: onnxruntime fuses BatchNorm
 and the activation into its convs (``FusedConv``), reorders into its blocked layout
 (``ReorderInput``/``ReorderOutput``, counted as glue), and so does dualgraph
-(``conv2d_epilogue``, fused elementwise kernels). ``--nodes`` also lists every node of
-each kind.
+(``conv2d_epilogue``, fused elementwise kernels); a dualgraph node that is several layers
+(squeeze-and-excitation with the 1x1 conv it gates, a 1x1 expansion with its depthwise
+conv: ``FUSED_KINDS``) is a kind of its own, compared with the sum of the kinds it
+replaces. ``--nodes`` also lists every node of each kind.
 """
 from __future__ import annotations
 
@@ -46,6 +48,26 @@ LINEAR_OPS = {"gemm", "matmul", "linear", "linear_epilogue", "linear_relu", "lin
 GLUE_OPS = {"reorderinput", "reorderoutput", "concat", "reshape", "flatten", "cat",
             "identity", "squeeze", "unsqueeze", "transpose", "permute", "block_channels",
             "unblock_channels"}
+
+
+# dualgraph's nodes that are several layers, each its own kind (no onnxruntime node is the
+# same layers; compare the sum of the kinds they replace): a squeeze-and-excitation's
+# pool, 1x1s on a 1x1 plane, gate and scale, with or without the 1x1 conv after it, and
+# a 1x1 expansion with the depthwise conv after it.
+SE_GATE = "squeeze-excite gate and scale (a sigmoid, a mul by channel)"
+FUSED_KINDS = {
+    "squeeze_excite_blocked": "squeeze-excite, whole (dualgraph: one node; onnxruntime: "
+                              "pool global, conv 1x1 on a 1x1 plane, gate and scale)",
+    "gated_pointwise_blocked": "squeeze-excite and the 1x1 conv after it (dualgraph: one "
+                               "node; onnxruntime: those kinds and conv 1x1)",
+    "expand_depthwise_blocked": "conv 1x1 and the depthwise conv after it (dualgraph: one "
+                                "node; onnxruntime: conv 1x1, conv depthwise)",
+}
+
+
+def _per_channel(shape: list) -> bool:
+    """Whether ``shape`` is one value a channel of each image, ``(N, C, 1, 1)``: a gate."""
+    return len(shape) == 4 and shape[2] == shape[3] == 1 and shape[1] > 1
 
 
 def conv_kind(x: list, w: list) -> str:
@@ -88,6 +110,12 @@ def kind(op: str, shapes: list, out=None) -> str:
     if op == "depthwise_nhwc" and len(shapes) >= 2:   # (x (N, H, W, C), weight (kh, kw, cp))
         (n, h, w, c), (kh, kw) = shapes[0], shapes[1][:2]
         return conv_kind([n, c, h, w], [c, 1, kh, kw])
+    if op == "shallow_blocked" and len(shapes) >= 2:   # (x (N, C, H, W), weight (Co, C, k, k))
+        return conv_kind(shapes[0], shapes[1])
+    if op in FUSED_KINDS:   # (several layers in one node: their own kind, see FUSED_KINDS)
+        return FUSED_KINDS[op]
+    if op in ("mul", "hardsigmoid", "sigmoid") and shapes and _per_channel(shapes[-1]):
+        return SE_GATE
     if op == "pointwise_blocked":   # (weight (groups, C, 24))
         return "conv 1x1 on a 1x1 plane" if shapes[0][2] * shapes[0][3] == 1 else "conv 1x1"
     if op in CONV_OPS and len(shapes) >= 2 and len(shapes[1]) == 4:

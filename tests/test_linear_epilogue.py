@@ -155,3 +155,54 @@ def test_a_saturated_sigmoid_is_accurate_relative_to_its_value(act):
     assert np.log(np.abs(want)).max() < -18   # (where the tanh form gave 0)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=0)
     np.testing.assert_allclose(got, eager, rtol=1e-4, atol=0)
+
+
+@pytest.mark.parametrize("act,kwargs", ACTIVATIONS, ids=[f"{a}{k}" for a, k in ACTIVATIONS])
+@pytest.mark.parametrize("residual", [None, "before", "after"])
+@pytest.mark.parametrize("lead", [(1,), (1, 1)], ids=str)
+def test_a_batch_1_product_runs_fitted_and_equals_eager_and_torch(act, kwargs, residual, lead):
+    """A one-row float32 product big enough for the matrix-vector loop (97 inputs, 131 or
+    97 outputs) is bound fitted (``matvec_<act>``: the plan and the rows loop worked out
+    once), with every activation and residual, on a 2-D and a 3-D input, for two calls."""
+    rng = np.random.default_rng(len(lead))
+    width, hidden = 97, 131 if residual is None else 97
+    reference = branch(torch, width, hidden, act, kwargs, residual)
+    model = branch(dg, width, hidden, act, kwargs, residual)
+    model.load_state_dict({k: dg.tensor(v.detach().numpy())
+                           for k, v in reference.state_dict().items()})
+    compiled = dg.compile(model, passes={"linear_packed": False})
+    for _ in range(2):
+        x = rng.normal(0, 2, lead + (width,)).astype(np.float32)
+        r = rng.normal(0, 1, lead + (hidden,)).astype(np.float32)
+        with dg.no_grad():
+            got = compiled(dg.tensor(x), dg.tensor(r)).numpy()
+            eager = model(dg.tensor(x), dg.tensor(r)).numpy()
+        with torch.no_grad():
+            want = reference(torch.tensor(x), torch.tensor(r)).numpy()
+        np.testing.assert_allclose(got, eager, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    fused = residual is not None or act != "Identity"
+    assert ("matvec_" in compiled._last.executable.code) == fused
+
+
+def test_the_fitted_batch_1_product_equals_the_kernel_into_out_and_from_a_strided_row():
+    """The fitted kernel of ``linear_epilogue`` against the op's own kernel: into a given
+    ``out`` and into a fresh array, from a row that is a strided view; a float64 product
+    and a product of several rows get no fitted kernel."""
+    rng = np.random.default_rng(6)
+    x, w, b, r = (rng.normal(size=s).astype(np.float32)
+                  for s in ((1, 200), (75, 100), (75,), (1, 75)))
+    row = x[:, ::2]
+    attrs = dict(act="hardswish", bounds=(-np.inf, np.inf), residual_at="before")
+    name, run = LINEAR_EPILOGUE.specialise(row, w, b, r, **attrs)
+    assert name == "matvec_hardswish"
+    want = LINEAR_EPILOGUE.kernel(row, w, b, r, **attrs)
+    out = np.full((1, 75), np.nan, np.float32)
+    assert run(row, w, b, r, out=out) is out
+    np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(run(row, w, b, r), want, rtol=1e-6, atol=1e-6)
+    assert LINEAR_EPILOGUE.specialise(row.astype(np.float64), w.astype(np.float64),
+                                      b.astype(np.float64), r.astype(np.float64),
+                                      **attrs) is None
+    assert LINEAR_EPILOGUE.specialise(np.ones((2, 100), np.float32), w, b,
+                                      np.ones((2, 75), np.float32), **attrs) is None

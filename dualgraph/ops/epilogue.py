@@ -21,8 +21,9 @@ import numpy as np
 
 from .. import kernels
 from ..dispatch import apply
+from ..kernels import matvec
 from ..kernels.epilogue import ACTIVATIONS
-from ..kernels.threads import run_rows, threads_for
+from ..kernels.threads import run_kept, run_rows, threads_for
 from ..shapes import ShapedType, is_static
 from . import conv as conv_ops
 from . import elementwise as ew
@@ -631,10 +632,35 @@ def _rows_tail(y, b, residual, act, bounds, residual_at):
     return _numpy_tail(y, r, act, bounds, residual_at)
 
 
+def _specialise_linear(x, w, b, *residual, act, bounds, residual_at):
+    """A batch-1 float32 product (``matvec.product_shapes``: the one eager runs on the
+    matrix-vector loop) fitted once, bound as ``matvec_<act>``: a ``matvec.Plan`` without
+    the bias, then :func:`kernels.epilogue.rows` over its one row through the loop's
+    compiled entry, kept. The kernel's own path asks ``matvec.wanted`` at every call and
+    applies an activation to a row under ``MIN_ELEMENTS`` with NumPy, a pass a ufunc
+    (hardswish: five): at batch 1 that was as long as a small product itself. Else None."""
+    if not (kernels.numba_available() and is_static(x.shape) and is_static(w.shape)
+            and all(getattr(v, "dtype", None) == np.float32 for v in (x, w, b, *residual))
+            and matvec.product_shapes(tuple(x.shape), tuple(w.shape), tuple(b.shape))):
+        return None
+    plan = matvec.Plan(len(x.shape), *w.shape, bias=False, relu=False)
+    codes = (ACTIVATIONS.index(act), np.float32(bounds[0]), np.float32(bounds[1]),
+             RESIDUAL.index(residual_at) if residual else 0)
+    loop, no_residual, entry = kernels.epilogue.rows, np.zeros((1, 1), np.float32), []
+
+    def run(x, w, b, *r, out=None):
+        y = plan(x, w, out=out)
+        rest = np.ascontiguousarray(r[0]).reshape(1, -1) if r else no_residual
+        run_kept(loop, 1, entry, y.reshape(1, -1), np.ascontiguousarray(b), rest, *codes)
+        return y
+    return f"matvec_{act}", run
+
+
 LINEAR_EPILOGUE = defop(
     "linear_epilogue", _linear_kernel, _infer_for(linalg.LINEAR),
     attrs=("act", "bounds", "residual_at"), saves="", onnx=None, fills_out=True,
     compiler_only=True, decomposition=_linear_decomposition,
+    specialise=_specialise_linear,
     doc="act(linear(x, w, b) [+ r]) [+ r]: the bias, activation and residual add applied "
         "to the product's rows in one pass, in place")
 
