@@ -13,9 +13,9 @@ reverse order (the loop timed after onnxruntime's call at every round ran 1.1-1.
 time of the same loop timed after it, on large weights at batch 1). The layers are
 fire modules' squeezes and expands (SqueezeNet), Inception reductions (GoogLeNet),
 DenseNet bottlenecks, MobileNet expansions and projections, a 512 -> 1000 classifier on
-13x13 and odd shapes. Times: the best process CPU time of ``--rounds`` calls, engines in
-turns; each line gives ms and the ratios; both of the loop's outputs are checked to be the
-same bits, and against onnxruntime's.
+13x13, RegNetX-400MF's 1x1s and odd shapes. Times: the best process CPU time of
+``--rounds`` calls, engines in turns; each line gives ms and the ratios; both of the
+loop's outputs are checked to be the same bits, and against onnxruntime's.
 """
 from __future__ import annotations
 
@@ -41,7 +41,9 @@ LAYERS = [
     ("mb 24>144 56", 24, 144, 56), ("mb 96>24 56", 96, 24, 56),
     ("mb 576>96 14", 576, 96, 14), ("mb 320>1280 7", 320, 1280, 7),
     ("odd 40>100 75", 40, 100, 75), ("odd 700>90 5", 700, 90, 5),
-    ("odd 50>20 33", 50, 20, 33),
+    ("odd 50>20 33", 50, 20, 33), ("odd 200>72 9", 200, 72, 9),
+    ("rn 384>384 7", 384, 384, 7), ("rn 160>160 14", 160, 160, 14),
+    ("rn 32>32 112", 32, 32, 112), ("rn 160>384 14", 160, 384, 14),
 ]
 
 

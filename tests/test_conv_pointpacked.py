@@ -142,11 +142,16 @@ def test_every_epilogue_matches_the_decomposition(act, residual_at):
 
 def test_the_bits_do_not_depend_on_blocks_of_channels_or_threads(monkeypatch):
     """Sums carried through the output from one block of input channels to the next, and
-    chunks shared among three workers, give the bits of one block on one worker."""
+    chunks shared among three workers, give the bits of one block on one worker (every
+    input channel one block: ``rows_a_block`` takes these cached inputs whole)."""
     cases = [_data(_case(shape)) for shape in (*(SHAPES[i] for i in (2, 3, 5, 7, 8)),
                                                WIDE_SHAPES[0], WIDE_SHAPES[4])]
+    for x, w, b, _ in cases:
+        n, c, h, wd = x.shape
+        assert conv_pointpacked.rows_a_block(c, h * wd, -(-w.shape[0] // 8), False) == c
     wants = [_run(x, w, b) for x, w, b, _ in cases]
     monkeypatch.setattr(conv_pointpacked, "KC", 5)
+    monkeypatch.setattr(conv_pointpacked, "WHOLE_BYTES", 0)
     monkeypatch.setattr(conv_pointpacked, "threads_for", lambda size: 3)
     for (x, w, b, _), want in zip(cases, wants):
         np.testing.assert_array_equal(_run(x, w, b), want)
@@ -184,6 +189,18 @@ def test_streamed_inputs_have_the_bits_of_cached_ones(monkeypatch, shape):
         monkeypatch.setattr(conv_pointpacked, "threads_for", lambda size: threads)
         for got, want in zip(outputs(), wants):
             np.testing.assert_array_equal(got, want)
+
+
+def test_rows_a_block():
+    """A cached chunk's rows of every input channel are one block up to ``WHOLE_BYTES``
+    (384 channels on 7x7, 160 on 14x14: the chunk's 192 positions), else ``KC``; a
+    streamed input keeps ``KC``, or ``FEW_KC`` for few blocks of outputs."""
+    rows = conv_pointpacked.rows_a_block
+    assert rows(384, 49, 48, False) == 384 and rows(160, 196, 20, False) == 160
+    assert rows(1024, 196, 16, False) == conv_pointpacked.KC      # (768 kB a chunk)
+    assert rows(512, 169, 125, False) == conv_pointpacked.KC      # (338 kB)
+    assert rows(384, 49, 48, True) == conv_pointpacked.KC
+    assert rows(128, 3025, 2, True) == conv_pointpacked.FEW_KC
 
 
 @pytest.mark.parametrize("cout", [8, 75])

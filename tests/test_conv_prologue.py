@@ -76,9 +76,11 @@ def test_the_loop_with_each_prologue_matches_torch_and_the_decomposition(shape, 
 @pytest.mark.parametrize("sums", (12, 24, 48))
 def test_the_prologue_over_blocks_of_input_channels_threads_and_register_blocks(
         sums, monkeypatch):
-    """``KC`` of five: the prologue of each block of input rows in turn; three threads'
-    slots, each its own buffer; every register block (their tails read the buffer too)."""
+    """``KC`` of five (``WHOLE_BYTES`` 0: no input in one block): the prologue of each
+    block of input rows in turn; three threads' slots, each its own buffer; every register
+    block (their tails read the buffer too)."""
     monkeypatch.setattr(conv_pointpacked, "KC", 5)
+    monkeypatch.setattr(conv_pointpacked, "WHOLE_BYTES", 0)
     monkeypatch.setattr(conv_pointpacked, "threads_for", lambda size: 3)
     shape = (2, 23, 13, 13, 19)
     x, w, b, scale, shift = _data(*shape, seed=1)

@@ -30,7 +30,10 @@ Its input channels are taken ``KC`` at a time (the chunk's ``KC`` input rows sta
 while every block of eight channels passes over them); the sums go to the output and are
 taken up again for the next ``KC`` channels (float32 either way: each output is one chain
 of multiply-adds over ``k = 0 .. C-1`` in order, whatever the chunk, block or thread, so
-the bits do not depend on them). The chunk's positions are taken 48 then 16 at a time
+the bits do not depend on them). Where a chunk's rows of every input channel fit a
+quarter of L2 (a cached input on a small plane: :func:`rows_a_block`), all of them are one
+block, the sums kept in registers from the first input channel to the last and the rows
+read from L2 at a constant stride. The chunk's positions are taken 48 then 16 at a time
 (sixteen lanes), or 24 (eight lanes), then 8 at a time;
 its last few (fewer than eight: one of a 7x7 plane's 49) turn the block around, the
 channels in the lanes (:func:`_column`): a position's input value broadcast and the
@@ -96,6 +99,7 @@ KC = 64               # input channels summed before the sums go to the output
 FEW_KC = 32           # ... of a streamed input where the output channels are at most
 FEW_BLOCKS = 4        # ... this many blocks of eight
 STREAM_BYTES = 2 << 20   # inputs larger than this are streamed (module docstring)
+WHOLE_BYTES = 256 << 10  # a cached chunk's rows up to this size are summed in one block
 # The register blocks, the column and the epilogue are functions of their own, compiled
 # once per vector width and called (LLVM may still inline them), with the loop's flags (the
 # same code, the same bits): Numba's inlining in its IR copies the callee's whole IR at each
@@ -516,6 +520,26 @@ def block_sums() -> int:
     return 24 if isa.vector_registers() >= 32 else 12
 
 
+def rows_a_block(channels: int, size: int, blocks: int, streamed: bool) -> int:
+    """The input channels :func:`_forward` sums before its sums go to the output (``kc``)
+    for ``channels`` input channels on planes of ``size`` positions, ``blocks`` blocks of
+    eight outputs: a streamed input's ``KC``, or ``FEW_KC`` where the blocks are at most
+    ``FEW_BLOCKS`` (module docstring); a cached input's every channel where a chunk's rows
+    (``channels * min(size, CHUNK)`` floats) are at most ``WHOLE_BYTES`` (a quarter of a
+    1 MB L2), else ``KC``. In one block the sums stay in registers from the first input
+    channel to the last, where with ``KC`` each block of eight outputs took its 24 sums
+    from the output and put them back ``C / KC`` times, each trip a wait on L2 (the
+    chunk's output, 75 kB for 384 channels on 7x7, outgrows L1); the rows, read from L2
+    for every block of outputs, come at a constant stride the hardware prefetches.
+    384 -> 384 channels on 7x7 took 0.95x its time, 320 -> 1280 on 7x7 and 96 -> 576 on
+    14x14 0.95-0.97x; 1024 -> 128 on 14x14 (768 kB of rows a chunk) took 1.05x, so
+    larger chunks keep ``KC`` (docs/benchmarks.md, 2026-12-06 "1x1 convs' input channels
+    in one block")."""
+    if streamed:
+        return FEW_KC if blocks <= FEW_BLOCKS else KC
+    return channels if channels * min(size, CHUNK) * 4 <= WHOLE_BYTES else KC
+
+
 def fitted(x_shape, cout: int, residual: bool, where=0, act=0, lo=-np.inf,
            hi=np.inf, sums=None, pre_act=-1, pre_lo=-np.inf, pre_hi=np.inf, stride=(1, 1)):
     """``run(x, packed, b, *residual, out=None, pre=None)``: :func:`_forward` fitted to
@@ -541,9 +565,9 @@ def fitted(x_shape, cout: int, residual: bool, where=0, act=0, lo=-np.inf,
     groups = min(blocks, threads) if parts < 4 * threads else 1   
     workers = max(1, min(parts * groups, threads))
     streamed = n * c * size * 4 > STREAM_BYTES
-    kc = FEW_KC if streamed and blocks <= FEW_BLOCKS else KC
+    kc = rows_a_block(c, size, blocks, streamed)
     scratch = np.empty((workers, (LANES - 1) * -(-blocks // 8) * 8 * LANES), F)
-    pbuf = np.empty((workers, KC * CHUNK + c * LANES if pre_act >= 0 else 1), F)
+    pbuf = np.empty((workers, kc * CHUNK + c * LANES if pre_act >= 0 else 1), F)
     no_residual = np.zeros(1, F)
     lo, hi, pre_lo, pre_hi = F(lo), F(hi), F(pre_lo), F(pre_hi)
     where = where if residual else 0
