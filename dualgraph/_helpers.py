@@ -15,17 +15,14 @@ _internal: dict[str, bool] = {}  # filename -> is it dualgraph's own (or a wrapp
 
 
 _env_keys: dict[str, object] = {}   # name -> os.environ's key for it
-_environ = os.environ                     # the mapping whose dict ``_env_data`` is
-_env_data = getattr(os.environ, "_data", None)
 
 
 def getenv(name: str, default: str | None = None) -> str | None:
     """``os.environ.get(name, default)`` at a dict lookup's cost: the mapping's ``get`` of
     an unset name raises and catches a KeyError inside (~4 us), and kernels ask for their
     switches (``DUALGRAPH_NUMBA``) at every call. It reads the dict ``os.environ`` writes
-    to, so a change (``monkeypatch.setenv``) is seen at once; that dict is looked up once,
-    and again only if ``os.environ`` itself was replaced."""
-    data = _env_data if os.environ is _environ else getattr(os.environ, "_data", None)
+    to, so a change (``monkeypatch.setenv``) is seen at once."""
+    data = getattr(os.environ, "_data", None)
     if data is None:   # (not CPython's os.environ)
         return os.environ.get(name, default)
     key = _env_keys.get(name)
