@@ -3,8 +3,8 @@ thread only while some thread departs from the default (other threads, nesting, 
 exceptions), ``x[i]`` with an int (one select op), the float32 sine's kept loop entry, ``sum``,
 the engine's inline gradient checks (dtype and number gradients), the user's line of a node,
 ``stack`` as one op, the one-op smooth L1 loss, keys of ints and slices without the general
-parse, the mean kernel without ``np.mean``, ``var`` as one op, and sums in NumPy's order
-whatever the shortcut or the layout."""
+parse, the mean kernel without ``np.mean``, small float sums without the general checks,
+``var`` as one op, and sums in NumPy's order whatever the shortcut or the layout."""
 from __future__ import annotations
 
 import threading
@@ -171,6 +171,46 @@ def test_sums_of_a_few_elements_per_result_have_numpys_bits(dtype):
                 got = dg.tensor(x).sum(dim=dims).numpy()
                 want = np.add.reduce(x, axis=dims)
                 assert got.tobytes() == want.tobytes(), (shape, dims)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_small_float_sums_take_the_shortcut_with_the_general_paths_bits(dtype):
+    """A float32/float64 sum of fewer than ``kernels.MIN_ELEMENTS`` elements with no dtype
+    asked for is the kernel's last call alone: the same bits as the general path (an
+    explicit dtype of the same kind takes it), torch's values and gradients, over odd
+    shapes, every dims, keepdim, a 0-d and an empty tensor, ``out=`` and a transposed
+    view (by its rows, as before)."""
+    from dualgraph.ops import reduce
+    rng = np.random.default_rng(7)
+    shapes = [(), (0,), (1,), (3, 5), (1, 3, 7), (3, 1, 5, 2), (5, 0, 2)]
+    for shape in shapes:
+        x = (rng.standard_normal(shape) * 100).astype(dtype)
+        dims_all = [None] + [(d,) for d in range(len(shape))] + [tuple(range(len(shape)))]
+        for dims in dims_all:
+            norm = tuple(range(len(shape))) if dims is None else dims
+            for keepdim in (False, True):
+                fast = reduce._sum_kernel(x, norm, keepdim)
+                general = reduce._sum_kernel(x, norm, keepdim, dtype=x.dtype)
+                assert fast.dtype == general.dtype == x.dtype
+                assert fast.shape == general.shape
+                assert fast.tobytes() == general.tobytes(), (shape, dims, keepdim)
+                got = dg.sum(dg.tensor(x), dim=dims, keepdim=keepdim) if dims is not None \
+                    else dg.tensor(x).sum()
+                want = torch.sum(torch.tensor(x), dim=dims, keepdim=keepdim) \
+                    if dims is not None else torch.tensor(x).sum()
+                np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-4)
+    m = (rng.standard_normal((6, 9)) * 100).astype(dtype)
+    into = np.empty(9, dtype)
+    assert reduce._sum_kernel(m, (0,), False, out=into) is into
+    assert into.tobytes() == np.add.reduce(m, axis=0).tobytes()
+    for dim in (0, 1):   # (not contiguous: the general path, its rows' order)
+        got = dg.tensor(m).t().sum(dim=dim).numpy()
+        assert got.tobytes() == np.add.reduce(np.ascontiguousarray(m.T), axis=dim).tobytes()
+    w = dg.tensor(m, requires_grad=True)
+    tw = torch.tensor(m, requires_grad=True)
+    (w.sum(1) * dg.tensor(np.arange(6.0, dtype=dtype))).sum().backward()
+    (tw.sum(1) * torch.tensor(np.arange(6.0, dtype=dtype))).sum().backward()
+    np.testing.assert_array_equal(w.grad.numpy(), tw.grad.numpy())
 
 
 def test_a_transposed_view_sums_as_its_rows_do():

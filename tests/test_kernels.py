@@ -972,3 +972,21 @@ def test_wide_loops_change_the_vector_width_not_the_bits():
     _EIGHT(x, eight)
     _WIDE(x, wide)
     np.testing.assert_array_equal(wide.view(np.uint32), eight.view(np.uint32))
+
+
+def test_getenv_sees_changes_at_once_and_a_replaced_environ(monkeypatch):
+    """``_helpers.getenv`` reads the dict ``os.environ`` writes to, kept from import: a
+    ``setenv`` / ``delenv`` shows at once, and a program that replaced ``os.environ``
+    itself is read through its replacement, not the kept dict."""
+    import os
+
+    from dualgraph._helpers import getenv
+    name = "DUALGRAPH_TEST_GETENV_SWITCH"
+    assert getenv(name, "dflt") == "dflt"
+    monkeypatch.setenv(name, "on")
+    assert getenv(name) == "on" and kernels.numba_available() == (
+        os.environ.get("DUALGRAPH_NUMBA", "1") != "0" and kernels._numba_installed())
+    monkeypatch.delenv(name)
+    assert getenv(name) is None
+    monkeypatch.setattr(os, "environ", {name: "elsewhere"})
+    assert getenv(name) == "elsewhere"

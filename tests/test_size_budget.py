@@ -679,10 +679,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # ops/ +2 and the core +2 (lead): running ops accumulate float32 in float64, as torch's.
 # ops/ +17 and the core +17 (issue 26, i-percall): linear_epilogue's batch-1 product fitted
 # once (ops/epilogue.py's _specialise_linear: matvec's plan, the row pass's kept entry).
-CORE_BUDGET = 35_232
+# ops/ +4 and the core +4 (issue 26, i-eager5): a small float32/float64 sum straight to
+# its NumPy call, without the general path's checks (half the kernel's cost).
+CORE_BUDGET = 35_236
 BUDGETS = {".": 2_510, "amp": 320, "autograd": 1_129, "backends": 40, "capture": 5_322,
            "cli": 320, "codegen": 1_369, "distributed": 1_730, "graph": 1_120, "kernels": 7_501,
-           "ops": 12_090, "passes": 4_199, "export": 3_876, "nn": 5_367, "optim": 1_867,
+           "ops": 12_094, "passes": 4_199, "export": 3_876, "nn": 5_367, "optim": 1_867,
            "profiler": 440, "utils": 600, "distributions": 1_459, "func": 360}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,

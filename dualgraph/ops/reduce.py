@@ -189,7 +189,16 @@ def _row_major(x: np.ndarray) -> np.ndarray:
     return x if x.flags.c_contiguous or x.dtype.kind != "f" else np.ascontiguousarray(x)
 
 
+# float32 and float64: the dtypes a sum keeps as they are (no widening, no int64)
+_PLAIN_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
 def _sum_kernel(x, dims, keepdim, dtype=None, out=None):
+    # the commonest call (a loss, a small tensor's total) skips the checks below: it is
+    # their last line's call, the same bits, at half the kernel's cost
+    if dtype is None and x.size < kernels.MIN_ELEMENTS and x.dtype in _PLAIN_FLOATS \
+            and x.flags.c_contiguous:
+        return np.asarray(np.add.reduce(x, axis=dims, dtype=x.dtype, keepdims=keepdim, out=out))
     x = _row_major(x)
     out_dt = _sum_dtype(x.dtype, dtype)
     if out_dt.kind in "iu" and x.dtype.kind not in "iub":   # (torch casts floats first)
