@@ -61,8 +61,8 @@ def build_backward(tracer, capture, result_tensors) -> Backward | None:
                                 capture=[_as_bound(b.tensor) for b in diff_inputs],
                                 leaf_hooks=False)   # (the call's backward runs them)
     grad_values = [None if g is None else tracer.value_of(g) for g in grads]
-    state = [b for b in capture.bindings if b.kind != "grad"
-             and b.tensor._data is not before.get(id(b.tensor), b.value)]
+    state = [b for b in capture.bindings if b.kind != "grad" and id(b.tensor) in tracer._mutated
+             and b.tensor._data is not before.get(id(b.tensor), b.value)]   # (written)
     forward_outputs = list(graph.outputs)
     return _split(graph, capture, forward_outputs, [c._data for c in cotangents],
                   grad_values, diff_outputs, diff_inputs, state)

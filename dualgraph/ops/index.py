@@ -1537,7 +1537,8 @@ def _quantile(input, q, dim, keepdim, interpolation, name):
         _check_quantiles(q)
     if interpolation not in ("linear", "lower", "higher", "nearest", "midpoint"):
         raise ValueError(f"{name}: unknown interpolation {interpolation!r}")
-    x, d = (shape_ops.reshape(input, -1), 0) if dim is None else (input, normalize_dim(dim, input.ndim))
+    x, d = ((shape_ops.reshape(input, -1), 0) if dim is None
+            else (input, normalize_dim(dim, input.ndim)))
     ordered = sort(x, d).values   # (NaN last)
     levels = q.ndim if isinstance(q, Tensor) else np.ndim(q)
     if name == "nanquantile":
