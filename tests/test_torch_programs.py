@@ -172,8 +172,9 @@ ROUND_15 = ["mdn_mixture", "reinforce_dirichlet", "listwise_rank", "alexnet_lrn"
 # torchvision's EfficientNet (SiLU(inplace=True), stochastic_depth "row"/"batch", the trunk
 # through checkpoint_sequential with batch norms, channels_last inputs), StyleGAN2's
 # equalized-lr, modulated convolutions, minibatch stddev and lazy R1 penalty by
-# autograd.grad(create_graph=True), milesial's U-Net (F.pad to odd differences,
-# ConvTranspose2d and bilinear ups, a Dice loss), a windowed actor-critic (Tensor.unfold,
+# autograd.grad(create_graph=True), Ronneberger's valid-convolution U-Net with attention
+# gates (skips cropped by a negative F.pad on odd sizes, InstanceNorm2d, interpolate to a
+# size, a Dice loss), a windowed actor-critic (Tensor.unfold,
 # GAE over reversed(range), prioritized replay by searchsorted of a cumsum, index_put_
 # with accumulate, Embedding(max_norm)), MX block quantisation by frexp/ldexp with a robust
 # nanquantile Huber loss, and a tabular model (bucketize, Embedding(max_norm,
@@ -267,10 +268,9 @@ PROGRAMS = ["gpt", "mnist_cnn", "word_lm", "vae", "dcgan", "resnet_cifar", "seq2
 # training and encoding calls; gqa_sliding's step runs with and without a padding mask (a
 # graph each, both traced again when lr becomes an input), and its compiled model decodes
 # one token longer per call (torch.eye of a symbolic size: a graph per length);
-# unet_odd_pad's ReduceLROnPlateau lowers lr twice (an input from the second);
 # tabular_bins' tag bags have another total length at each batch (embedding_bag's offsets
 # compare symbolic sizes: static, a graph per length)
-EXTRA_GRAPHS = {"t5_relpos": 3, "gqa_sliding": 2, "unet_odd_pad": 1, "tabular_bins": 1,
+EXTRA_GRAPHS = {"t5_relpos": 3, "gqa_sliding": 2, "tabular_bins": 1,
                 "hparam_search": 1, "grad_hooks_unused": 1,
                 "box_coder_ap": 1, "caption_decoder": 1,
                 "kv_cache_hooks": 5, "streaming_iterable": 1,
