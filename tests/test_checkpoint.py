@@ -299,6 +299,48 @@ def test_compiled_forward_with_backward_outside():
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
 
 
+
+def _bn_net(lib):
+    nn = lib.nn
+    return nn.Sequential(nn.Conv2d(2, 3, 3, padding=1), nn.BatchNorm2d(3), nn.ReLU(),
+                         nn.Conv2d(3, 3, 1), nn.BatchNorm2d(3, momentum=0.3))
+
+
+def test_compiled_forward_recomputing_a_batch_norm_updates_its_statistics_as_eager():
+    """A checkpointed region recomputed in the backward updates its batch norms' running
+    statistics a second time, as torch's does; a compiled forward whose backward runs
+    outside it (``torch.compile(model)``) does too (its backward graph writes them), and
+    equals eager and torch after three steps."""
+    seq = _bn_net(dg)
+    tseq = _bn_net(torch)
+    tseq.load_state_dict({k: torch.tensor(v.numpy()) for k, v in seq.state_dict().items()})
+    x = np.random.default_rng(1).normal(size=(3, 2, 5, 7)).astype(np.float32)
+    for _ in range(3):
+        tcp.checkpoint_sequential(tseq, 2, torch.tensor(x), use_reentrant=False
+                                  ).square().sum().backward()
+    want = {k: v.numpy() for k, v in tseq.state_dict().items()}
+    results = []
+    for compiled in (False, True):
+        net = _bn_net(dg)
+        net.load_state_dict(seq.state_dict())
+        fwd = lambda t, net=net: checkpoint_sequential(net, 2, t)   # noqa: E731
+        fwd = dg.compile(fwd) if compiled else fwd
+        for _ in range(3):
+            fwd(dg.tensor(x)).square().sum().backward()
+        state = {k: v.numpy() for k, v in net.state_dict().items()}
+        assert int(state["1.num_batches_tracked"]) == 6   # (twice per step, as torch)
+        for k, v in want.items():
+            np.testing.assert_allclose(state[k], v, rtol=1e-4, atol=1e-6, err_msg=k)
+        results.append((state, net[0].weight.grad.numpy()))
+    (eager, eager_grad), (comp, comp_grad) = results
+    for k in eager:
+        np.testing.assert_allclose(comp[k], eager[k], rtol=1e-5, atol=1e-7, err_msg=k)
+    np.testing.assert_allclose(comp_grad, eager_grad, rtol=1e-5, atol=1e-7)
+    x2 = dg.tensor(x, requires_grad=True)
+    out = dg.compile(lambda t: checkpoint_sequential(net, 2, t))(x2).sum()
+    with pytest.raises(RuntimeError, match="writes state"):   # (a replay would not)
+        dg.autograd.grad(out, x2, create_graph=True)
+
 def test_memory_budget_recomputes_cheap_values_and_reports():
     losses, params, plain = _run(False, True, steps=2)
     peak = _plan(plain).live_peak

@@ -377,6 +377,28 @@ def test_bincount_searchsorted_bucketize_match_torch():
         dg.int32
 
 
+def test_searchsorted_with_a_sorter_matches_torch():
+    """``sorter=`` (the indices that sort an unsorted sequence, as calibration code passes
+    ``argsort`` of its reference scores): positions in the sorted order, both sides, 1-d and
+    batched, eager and compiled; a sorter of another shape or dtype is refused as torch's."""
+    seq = RNG.normal(size=(3, 7)).astype(np.float32)
+    seq[0, 2] = seq[0, 5]   # (ties: the sides differ)
+    vals = np.concatenate([RNG.normal(size=(3, 4)), seq[:, :2]], 1).astype(np.float32)
+    for side in ("left", "right"):
+        for s, v in ((seq, vals), (seq[0], vals[1])):
+            sorter = np.argsort(s, axis=-1, kind="stable")
+            want = torch.searchsorted(torch.tensor(s), torch.tensor(v), side=side,
+                                      sorter=torch.tensor(sorter)).numpy()
+            got = dg.searchsorted(dg.tensor(s), dg.tensor(v), side=side,
+                                  sorter=dg.tensor(sorter))
+            compiled = dg.compile(lambda a, b, c, side=side: dg.searchsorted(
+                a, b, side=side, sorter=c))(dg.tensor(s), dg.tensor(v), dg.tensor(sorter))
+            np.testing.assert_array_equal(got.numpy(), want)
+            np.testing.assert_array_equal(compiled.numpy(), want)
+    with pytest.raises(RuntimeError, match="same size"):
+        dg.searchsorted(dg.tensor(seq), dg.tensor(vals), sorter=dg.tensor([0, 1]))
+
+
 
 @pytest.mark.parametrize("shape,size", [((2, 3, 7, 5), (3, 2)), ((2, 3, 8, 6), 2),
                                         ((3, 7, 5), (None, 3)), ((2, 3, 5, 5), 1)])

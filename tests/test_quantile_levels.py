@@ -59,3 +59,59 @@ def test_levels_out_of_range_are_refused_where_they_have_values():
         dg.quantile(dg.tensor(X), dg.tensor([0.5, 1.5]))
     with pytest.raises(ValueError, match=r"q must be in \[0, 1\]"):
         dg.quantile(dg.tensor(X), -0.1)
+
+
+def _with_nans():
+    x = RNG.normal(size=(7, 5)).astype(np.float32)
+    x[RNG.random((7, 5)) < 0.3] = np.nan
+    x[:, 3] = np.nan       # (a column all NaN)
+    x[4, 1:] = np.nan      # (a row with one value)
+    x[6] = np.nan          # (a row all NaN)
+    return x
+
+
+@pytest.mark.parametrize("interpolation", ["linear", "lower", "higher", "nearest",
+                                           "midpoint"])
+@pytest.mark.parametrize("levels", LEVELS[:2] + [0.7, [0.2, 0.6]],
+                         ids=["six", "0-d", "float", "floats"])
+@pytest.mark.parametrize("dim", [None, 0, 1])
+def test_nanquantile_and_quantile_of_nans_match_torch(interpolation, levels, dim):
+    """nanquantile ranks each slice by its own count of values that are not NaN (an all-NaN
+    slice gives NaN); quantile gives NaN for a slice holding one, as torch's; values and
+    gradients (the NaNs' own are 0), eager and compiled, levels as tensors or floats."""
+    x = _with_nans()
+    kw = dict(dim=dim, keepdim=dim == 0, interpolation=interpolation)
+    for name in ("nanquantile", "quantile"):
+        theirs, ours = torch.tensor(x, requires_grad=True), dg.tensor(x, requires_grad=True)
+        q_t = torch.tensor(levels) if isinstance(levels, (list, np.ndarray)) else levels
+        q_d = dg.tensor(levels) if isinstance(levels, np.ndarray) else levels
+        want = getattr(torch, name)(theirs, q_t, **kw)
+        got = getattr(dg, name)(ours, q_d, **kw)
+        compiled = dg.compile(lambda t, name=name: getattr(t, name)(q_d, **kw))(dg.tensor(x))
+        assert tuple(got.shape) == tuple(want.shape) == tuple(compiled.shape), name
+        np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-6,
+                                   atol=1e-7, err_msg=name)
+        assert np.isnan(want.detach().numpy()).any() == (name == "quantile" or dim is not None)
+        np.testing.assert_array_equal(compiled.numpy(), got.detach().numpy())
+        if name == "nanquantile":   # (quantile's NaN slices send torch's gradient to a NaN)
+            cotangent = RNG.normal(size=tuple(want.shape)).astype(np.float32)
+            keep = ~np.isnan(want.detach().numpy())
+            (want * torch.tensor(cotangent * keep)).nansum().backward()
+            (got * dg.tensor(cotangent * keep)).nansum().backward()
+            np.testing.assert_allclose(ours.grad.numpy(), theirs.grad.numpy(), rtol=1e-6,
+                                       atol=1e-7)
+
+
+def test_nanquantile_gradient_by_finite_differences():
+    x = RNG.normal(size=(4, 6)).astype(np.float64)
+    x[0, 2] = x[3, 0] = np.nan
+    t = dg.tensor(x, requires_grad=True)
+    q = [0.3, 0.8]
+    (dg.nanquantile(t, q, dim=1) * dg.tensor([[1.0], [2.0]])).sum().backward()
+    eps, numeric = 1e-6, np.zeros_like(x)
+    for i, j in zip(*np.nonzero(~np.isnan(x))):
+        for sign in (1, -1):
+            y = x.copy()
+            y[i, j] += sign * eps
+            numeric[i, j] += sign * (np.nanquantile(y, q, axis=1) * [[1.0], [2.0]]).sum()
+    np.testing.assert_allclose(t.grad.numpy(), numeric / (2 * eps), atol=1e-6)

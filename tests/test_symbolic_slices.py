@@ -77,6 +77,26 @@ def test_a_static_table_cut_to_a_traced_length_is_one_graph(grads):
     assert traces(compiled) == 2   # (length 2 static, then T symbolic for all the others)
 
 
+@pytest.mark.parametrize("grads", [False, True], ids=["forward", "backward"])
+def test_positions_by_arange_of_a_traced_length_are_one_graph(grads):
+    """``torch.arange(T)`` of the sequence's length (position ids, a causal mask by
+    comparing two aranges, T5's relative positions ``memory - context``, as float and
+    int64): symbolic from the second length, where an array of the traced length made
+    every length a graph of its own."""
+    def attend(x):
+        lib, t = lib_of(x), x.shape[1]
+        pos = lib.arange(t, dtype=x.dtype)
+        causal = lib.arange(t)[None, :] <= lib.arange(0, t)[:, None]
+        relative = (lib.arange(t)[None, :] - lib.arange(t)[:, None]).abs()
+        scores = x @ x.transpose(1, 2) - 0.1 * relative + pos[:, None] * 0.01
+        scores = scores.masked_fill(~causal, float("-inf"))
+        return scores.softmax(-1) @ x + pos[:, None]
+
+    lengths = (2, 3, 5, 8, 4, 7, 6, 2, 3)
+    compiled = check(attend, lambda n: [RNG.normal(size=(2, n, 3))], lengths, grads)
+    assert traces(compiled) == 2   # (length 2 static, then T symbolic for all the others)
+
+
 def test_a_clamp_past_the_static_size_is_a_second_symbolic_graph():
     """``w[:T]`` with T past the table's 8 rows gives all 8 (Python's clamp): the graph
     traced for T within the table runs only for such T (its case, a guard); a T past it

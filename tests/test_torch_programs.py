@@ -164,11 +164,29 @@ ROUND_14 = ["hifigan_vocoder", "longformer_window", "monotonic_align", "rotate_k
 ROUND_15 = ["mdn_mixture", "reinforce_dirichlet", "listwise_rank", "alexnet_lrn",
             "func_hypergrad", "set_segments", "nmt_label_smooth", "dino_multicrop",
             "running_quantizer", "adaptive_softmax_lm"]
+# (and the sixteenth round's: a Hugging Face-style T5 (relative position buckets by
+# torch.log of int positions, min against full_like, where; an extended mask at
+# finfo.min; shift-right by masked_fill_), a Mistral/Qwen-style decoder (grouped-query
+# attention by expand+reshape, repeat_interleave and SDPA's enable_gqa, rotary caches
+# indexed by position_ids from a cumsum of a left-padded mask, a sliding-window bool mask),
+# torchvision's EfficientNet (SiLU(inplace=True), stochastic_depth "row"/"batch", the trunk
+# through checkpoint_sequential with batch norms, channels_last inputs), StyleGAN2's
+# equalized-lr, modulated convolutions, minibatch stddev and lazy R1 penalty by
+# autograd.grad(create_graph=True), Ronneberger's valid-convolution U-Net with attention
+# gates (skips cropped by a negative F.pad on odd sizes, InstanceNorm2d, interpolate to a
+# size, a Dice loss), a windowed actor-critic (Tensor.unfold,
+# GAE over reversed(range), prioritized replay by searchsorted of a cumsum, index_put_
+# with accumulate, Embedding(max_norm)), MX block quantisation by frexp/ldexp with a robust
+# nanquantile Huber loss, and a tabular model (bucketize, Embedding(max_norm,
+# norm_type), embedding_bag with offsets, histc, logit, heaviside, searchsorted with a
+# sorter, Adagrad))
+ROUND_16 = ["t5_relpos", "gqa_sliding", "efficientnet_ckpt", "stylegan_r1", "unet_odd_pad",
+            "per_gae_windows", "mx_robust", "tabular_bins"]
 FEWER_STEPS = dict.fromkeys(["vit", "unet", "actor_critic", "siamese", "super_resolution",
                              "time_sequence", "gcn"] + NEW_PROGRAMS + ROUND_2 + ROUND_3, 6)
 FEWER_STEPS.update(dict.fromkeys(ROUND_4 + ROUND_5 + ROUND_6 + ROUND_7 + ROUND_8 + ROUND_9
                                  + ROUND_10 + ROUND_11 + ROUND_12 + ROUND_13 + ROUND_14
-                                 + ROUND_15 + ["bf16_autocast"],
+                                 + ROUND_15 + ROUND_16 + ["bf16_autocast"],
                                  4))
 
 
@@ -191,7 +209,7 @@ PROGRAMS = ["gpt", "mnist_cnn", "word_lm", "vae", "dcgan", "resnet_cifar", "seq2
             "vit", "unet", "actor_critic", "siamese", "super_resolution", "time_sequence",
             "gcn", "spatial_transformer", "sentiment_packed"] + NEW_PROGRAMS + ROUND_2 + ROUND_3 \
     + ROUND_4 + ROUND_5 + ROUND_6 + ROUND_7 + ROUND_8 + ROUND_9 + ROUND_10 + ROUND_11 + ROUND_12 \
-    + ROUND_13 + ROUND_14 + ROUND_15
+    + ROUND_13 + ROUND_14 + ROUND_15 + ROUND_16
 # graphs a program may need beyond the three below: resnet_cifar's second optimiser has a
 # per-epoch schedule, whose one change retraces (a second would make that lr an input)
 # word_lm's transformer makes its causal mask anew when the batch length changes (the last
@@ -245,7 +263,14 @@ PROGRAMS = ["gpt", "mnist_cnn", "word_lm", "vae", "dcgan", "resnet_cifar", "seq2
 # hparam_search adds the body's parameter group halfway (a graph whose optimiser creates its
 # state); grad_hooks_unused's step sets requires_grad of its inputs (its Python runs at
 # every call, its ops in pieces): a piece per use_context value (a Python bool, baked in)
-EXTRA_GRAPHS = {"hparam_search": 1, "grad_hooks_unused": 1,
+# t5_relpos's compiled model is called to train, to encode, and to decode one token
+# longer per call (static at length 1, then one symbolic graph); gqa_sliding's step runs with and without a padding mask (a
+# graph each, both traced again when lr becomes an input), and its compiled model decodes
+# one token longer per call (torch.eye of a symbolic size: a graph per length);
+# tabular_bins' tag bags have another total length at each batch (embedding_bag's offsets
+# compare symbolic sizes: static, a graph per length)
+EXTRA_GRAPHS = {"t5_relpos": 1, "gqa_sliding": 2, "tabular_bins": 1,
+                "hparam_search": 1, "grad_hooks_unused": 1,
                 "box_coder_ap": 1, "caption_decoder": 1,
                 "kv_cache_hooks": 5, "streaming_iterable": 1,
                 "partial_load_finetune": 1,

@@ -8,6 +8,12 @@ autograd engine. The joint graph is then split, as AOTAutograd does, into a *for
 values and the cotangents to the input gradients). At run time the forward graph's outputs
 are recorded on the autograd tape as one node whose VJP runs the backward graph.
 
+A checkpointed region in the forward (``checkpoint``, ``checkpoint_sequential``) runs again
+in the backward, and writes state again there as eagerly (a batch norm's running
+statistics in training mode are updated twice, as torch's are): the backward graph outputs
+the state values its trace wrote (:attr:`Backward.state`), and the node's VJP writes them
+into their tensors.
+
 A backward with ``create_graph=True`` (a gradient penalty, meta-learning) needs the
 gradient's own history, which the backward graph's arrays lack: there the node replays the
 forward graph op by op on the call's input tensors, recorded by autograd, and
@@ -18,6 +24,8 @@ their replayed tensors too, as the backward graph traced them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
 
 from ..autograd import engine
 from ..autograd.tape import grad_mode
@@ -36,6 +44,7 @@ class Backward:
     diff_outputs: list      # positions (among user output leaves) of differentiable outputs
     diff_inputs: list       # bindings whose tensors receive gradients
     grad_present: list      # per diff input: does the backward graph produce a gradient?
+    state: list             # bindings whose tensors the backward writes (its last outputs)
 
 
 def build_backward(tracer, capture, result_tensors) -> Backward | None:
@@ -47,13 +56,16 @@ def build_backward(tracer, capture, result_tensors) -> Backward | None:
     roots = [result_tensors[i] for i in diff_outputs]
     cotangents = [Tensor._make(graph.add_input(r._data.shape, r._data.dtype, name="grad_out"))
                   for r in roots]
+    before = {id(b.tensor): b.tensor._data for b in capture.bindings if b.kind != "grad"}
     grads = engine.run_backward(roots, cotangents, retain_graph=True, create_graph=False,
                                 capture=[_as_bound(b.tensor) for b in diff_inputs],
                                 leaf_hooks=False)   # (the call's backward runs them)
     grad_values = [None if g is None else tracer.value_of(g) for g in grads]
+    state = [b for b in capture.bindings if b.kind != "grad" and id(b.tensor) in tracer._mutated
+             and b.tensor._data is not before.get(id(b.tensor), b.value)]   # (written)
     forward_outputs = list(graph.outputs)
     return _split(graph, capture, forward_outputs, [c._data for c in cotangents],
-                  grad_values, diff_outputs, diff_inputs)
+                  grad_values, diff_outputs, diff_inputs, state)
 
 
 def _as_bound(t: Tensor) -> Tensor:
@@ -106,7 +118,7 @@ def _reaches_freed(node) -> bool:
 
 
 def _split(joint: Graph, capture, forward_outputs, cot_values, grad_values, diff_outputs,
-           diff_inputs) -> Backward:
+           diff_inputs, state) -> Backward:
     tainted = set(cot_values)
     backward_nodes, forward_nodes = [], []
     for node in joint.nodes:
@@ -117,20 +129,21 @@ def _split(joint: Graph, capture, forward_outputs, cot_values, grad_values, diff
             forward_nodes.append(node)
     produced_backward = set(tainted)
     present = [g for g in grad_values if g is not None]
+    written = [b.tensor._data for b in state]
     saved = []
-    for v in _reads(backward_nodes) + present:
+    for v in _reads(backward_nodes) + present + written:
         if v not in produced_backward and v not in saved:
             saved.append(v)
 
     fwd_inputs = [v for v in joint.inputs if v not in cot_values]
     copied: dict = {}
     forward = copy_nodes(joint, fwd_inputs, forward_nodes, forward_outputs + saved, copied)
-    backward = copy_nodes(joint, saved + list(cot_values), backward_nodes, present)
+    backward = copy_nodes(joint, saved + list(cot_values), backward_nodes, present + written)
     capture.graph = forward
     capture.tensor_hooks = [(copied[v], hooks) for v, hooks in capture.tensor_hooks
                             if v in copied]
     return Backward(backward, len(saved), diff_outputs, diff_inputs,
-                    [g is not None for g in grad_values])
+                    [g is not None for g in grad_values], state)
 
 
 def _reads(nodes) -> list:
@@ -150,9 +163,9 @@ class CompiledOp:
     differentiable_outputs = None
     name = "compiled"
 
-    def __init__(self, backward: Backward, executable, saved: list, replay=None):
+    def __init__(self, backward: Backward, executable, saved: list, replay=None, state=()):
         self.backward, self.executable, self.saved = backward, executable, saved
-        self.replay = replay
+        self.replay, self.state = replay, state
         self.num_outputs = len(backward.diff_outputs)
 
     def vjp(self, g, out, *inputs):
@@ -161,12 +174,21 @@ class CompiledOp:
         outs = (out,) if self.num_outputs == 1 else out
         cotangents = [gi if gi is not None else zeros_like(o) for gi, o in zip(gs, outs)]
         if grad_mode.enabled:   # create_graph: gradients with their own history
+            if self.state:
+                raise RuntimeError(
+                    "dg.compile: create_graph=True backward through a compiled call whose "
+                    "backward writes state (a checkpointed region recomputed with a batch "
+                    "norm in training mode); call the function uncompiled for gradients of "
+                    "gradients")
             plan, tensors, kept = self.replay
             return tuple(plan.gradients(inputs, tensors, kept, cotangents))
         cots = [c._data for c in cotangents]
         results = iter(self.executable.run(self.saved + cots))
         grads = [Tensor._make(next(results)) if present else None
                  for present in self.backward.grad_present]
+        for t, new in zip(self.state, results):   # (state the recomputation wrote)
+            np.copyto(t._data, new)
+            t._version[0] += 1
         return tuple(grads)
 
 
@@ -229,14 +251,14 @@ class Replay:
 
 
 def record_call(backward: Backward, executable, user_leaves: list, saved: list, inputs,
-                shared=(), replay=None):
+                shared=(), replay=None, state=()):
     """Put the differentiable outputs of this call on the autograd tape; ``inputs`` are
     this call's tensors for ``backward.diff_inputs``. ``shared`` are the tensors whose own
     arrays are among ``saved`` (weights, not copied): as eager autograd does for a saved
     tensor, the backward checks that none was changed in place since. ``replay``: ``(Replay,
     {input position: (tensor, version)}, {input position: array kept})`` for a
-    ``create_graph`` backward."""
-    op = CompiledOp(backward, executable, saved, replay)
+    ``create_graph`` backward; ``state``: this call's tensors for ``backward.state``."""
+    op = CompiledOp(backward, executable, saved, replay, state)
     outs = tuple(user_leaves[i] for i in backward.diff_outputs)
     _record(op, inputs, outs, {}, modes.tracer)
     if shared and outs:

@@ -346,8 +346,10 @@ class Entry:
                 b = cap.bindings[k]
                 t = tensor_args[b.index] if b.kind == "arg" else b.tensor
                 read[k] = (t, t._version[0])
+            state = [tensor_args[b.index] if b.kind == "arg" else b.tensor
+                     for b in self.backward.state]
             record_call(self.backward, self.backward_executable, leaves, saved, inputs,
-                        shared, replay=(self.replay, read, self._kept))
+                        shared, replay=(self.replay, read, self._kept), state=state)
         for i, b in self.passthrough.items():   # ``return x``: x itself, as eager returns it
             t = tensor_args[b.index] if b.kind == "arg" else b.tensor
             if leaves[i].grad_fn is not None:   # (written in place with autograd: its

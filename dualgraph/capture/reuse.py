@@ -35,7 +35,8 @@ def capture_key(capture, backward=None, tensor_key=id) -> tuple:
     if backward is not None:
         back = (graph_key(backward.graph), backward.num_saved, tuple(backward.diff_outputs),
                 tuple((b.kind, tensor_key(b.tensor), b.index) for b in backward.diff_inputs),
-                tuple(backward.grad_present))
+                tuple(backward.grad_present),
+                tuple((b.kind, tensor_key(b.tensor), b.index) for b in backward.state))
     return (graph_key(capture.graph),) + io_key(capture, tensor_key) + (back,)
 
 

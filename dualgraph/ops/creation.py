@@ -8,7 +8,7 @@ from ..dispatch import apply, modes
 from ..dtypes import cast
 from ..shapes import ShapedType, Sym
 from ..tensor import Tensor, as_array, check_can_require_grad
-from .opdef import defop
+from .opdef import defop, get
 from .random import (RANDOM, RANDOM_BINOMIAL, RANDOM_INTEGERS,  # noqa: F401
                      RANDOM_PERMUTATION, RANDOM_POISSON, Generator, default_generator, draw,
                      manual_seed, rng_of)
@@ -146,6 +146,8 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
     """Values from ``start`` up to (not including) ``end``; int64 unless a bound is a float."""
     if end is None:
         start, end = 0, start
+    if isinstance(end, Sym) and start == 0 and step == 1:
+        return _arange_of_symbolic_length(end, dtype, requires_grad, device)
     if dtype is None:
         is_int = all(isinstance(v, (int, np.integer)) for v in (start, end, step))
         dtype = dtypes.int64 if is_int else dtypes.get_default_dtype()
@@ -154,6 +156,17 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
     return _finish((start + step * np.arange(max(n, 0), dtype=np.float64)).astype(dt)
                    if dt.kind == "f" else np.arange(start, end, step, dtype=dt), requires_grad,
                    device)
+
+
+def _arange_of_symbolic_length(end, dtype, requires_grad, device) -> Tensor:
+    """``arange(end)`` of a traced length (``torch.arange(x.size(1))``, a causal mask's
+    positions): a running count of ones less one, so the graph keeps its dims symbolic
+    where an array of the traced length would make them static."""
+    ones = _filled((end,), 1, np.dtype(np.int64), False, device)
+    # (the op by its registered name: reduce.py builds on this module)
+    out = apply(get("cumsum"), ones, dim=0, reverse=False) - 1
+    out = out if dtype is None else out.to(dtype)
+    return out.requires_grad_() if requires_grad else out
 
 
 def linspace(start, end, steps: int, dtype=None, device=None, requires_grad=False) -> Tensor:

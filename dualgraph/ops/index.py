@@ -33,8 +33,8 @@ from .opdef import defop
 
 __all__ = ["gather", "scatter", "scatter_add", "index_select", "index_add", "index_put",
            "masked_fill", "masked_select", "tril", "triu", "take_along_dim", "topk", "sort",
-           "quantile", "argsort", "nonzero", "one_hot", "pad", "repeat_interleave", "unique",
-           "unique_consecutive", "diag",
+           "quantile", "nanquantile", "argsort", "nonzero", "one_hot", "pad",
+           "repeat_interleave", "unique", "unique_consecutive", "diag",
            "diagonal", "bincount", "searchsorted", "bucketize", "diag_embed", "index_fill",
            "index_copy", "scatter_reduce", "masked_scatter", "kthvalue", "cummax", "cummin"]
 
@@ -1515,23 +1515,40 @@ def quantile(input, q, dim=None, keepdim=False, *, interpolation="linear"):
     as ``torch.quantile``: sorted values at position ``q * (n - 1)``, interpolated
     ``"linear"``-ly between the two neighbours (or ``"lower"``, ``"higher"``,
     ``"nearest"``, ``"midpoint"``). ``q`` is a float or a 1-D list or tensor of them (a
-    leading dim of the result); a composite of sort, so it has a gradient and traces
-    (with NaNs in the input, torch returns NaN and this does not)."""
+    leading dim of the result); a composite of sort, so it has a gradient and traces. A
+    slice holding a NaN has the quantile NaN, as torch's."""
+    return _quantile(input, q, dim, keepdim, interpolation, "quantile")
+
+
+def nanquantile(input, q, dim=None, keepdim=False, *, interpolation="linear"):
+    """As :func:`quantile`, over the values of each slice that are not NaN (the position
+    ``q * (count - 1)`` of each slice's own count; NaN where a slice is all NaN), as
+    ``torch.nanquantile``: robust statistics of data with missing entries."""
+    return _quantile(input, q, dim, keepdim, interpolation, "nanquantile")
+
+
+def _quantile(input, q, dim, keepdim, interpolation, name):
     if not input.is_floating_point():
-        raise TypeError(f"quantile: the input must be a float tensor, got {input.dtype}; "
+        raise TypeError(f"{name}: the input must be a float tensor, got {input.dtype}; "
                         "call .float() first")
     if isinstance(q, Tensor) and type(q._data) is np.ndarray:   # (checked where it has values)
         _check_quantiles(q._data)
     elif not isinstance(q, Tensor):
         _check_quantiles(q)
     if interpolation not in ("linear", "lower", "higher", "nearest", "midpoint"):
-        raise ValueError(f"quantile: unknown interpolation {interpolation!r}")
-    x, d = (shape_ops.reshape(input, -1), 0) if dim is None else (input, normalize_dim(dim, input.ndim))
-    ordered = sort(x, d).values
-    if isinstance(q, Tensor):
-        result, levels = _quantiles_at(ordered, d, q, interpolation), q.ndim
+        raise ValueError(f"{name}: unknown interpolation {interpolation!r}")
+    x, d = ((shape_ops.reshape(input, -1), 0) if dim is None
+            else (input, normalize_dim(dim, input.ndim)))
+    ordered = sort(x, d).values   # (NaN last)
+    levels = q.ndim if isinstance(q, Tensor) else np.ndim(q)
+    if name == "nanquantile":
+        if not isinstance(q, Tensor):
+            q = creation.tensor(np.asarray(q, dtype=np.float64), dtype=ordered.dtype)
+        result = _nan_quantiles_at(ordered, d, q, interpolation)
     else:
-        result, levels = _quantiles_of_numbers(ordered, d, q, interpolation), np.ndim(q)
+        result = (_quantiles_at(ordered, d, q, interpolation) if isinstance(q, Tensor)
+                  else _quantiles_of_numbers(ordered, d, q, interpolation))
+        result = elementwise.where(red.any(elementwise.isnan(x), d), math.nan, result)
     if keepdim:   # (a 1 where each reduced dim was, after q's dim)
         lead = tuple(result.shape[:1]) if levels else ()
         kept = [1] * input.ndim if dim is None else [
@@ -1583,6 +1600,25 @@ def _quantiles_at(ordered, d, q, interpolation):
         below = elementwise.lerp(below, above, frac)
     return below if q.ndim else shape_ops.squeeze(below, 0)
 
+
+
+def _nan_quantiles_at(ordered, d, q, interpolation):
+    """Quantiles of the non-NaN values of each slice (sorted, NaN last): torch's ranks
+    ``q * (count - 1)`` per slice (0 where a slice is all NaN, whose value there is NaN),
+    the values below and above them gathered and interpolated."""
+    last = shape_ops.movedim(ordered, d, -1)
+    count = red.sum(elementwise.logical_not(elementwise.isnan(last)), -1, keepdim=True)
+    ranks = elementwise.cast_to(shape_ops.reshape(q, (-1,)), last.dtype) * (count - 1)
+    ranks = elementwise.maximum(ranks, creation.zeros_like(ranks))
+    rank = {"lower": elementwise.floor, "higher": elementwise.ceil,
+            "nearest": elementwise.round}.get(interpolation, elementwise.floor)(ranks)
+    below = gather(last, -1, elementwise.cast_to(rank, dtypes.int64))
+    if interpolation in ("linear", "midpoint"):
+        above = gather(last, -1, elementwise.cast_to(elementwise.ceil(ranks), dtypes.int64))
+        frac = ranks - rank if interpolation == "linear" else creation.full_like(ranks, 0.5)
+        below = elementwise.lerp(below, above, frac)
+    below = shape_ops.movedim(below, -1, 0)
+    return below if q.ndim else shape_ops.squeeze(below, 0)
 
 # -- pad ------------------------------------------------------------------------------------
 def _pad_pairs(x, pad):
@@ -1673,9 +1709,14 @@ def searchsorted(sorted_sequence, values, *, out_int32=False, right=False, side=
     """For each of ``values``, the index in the last dim of ``sorted_sequence`` where it
     would be inserted to keep it sorted (after equal entries with ``right`` or
     ``side='right'``), as ``torch.searchsorted``: counts of the smaller entries, so it
-    traces into a graph (cost: entries x values)."""
-    if sorter is not None:
-        raise NotImplementedError("searchsorted: sorter= is not supported; sort first")
+    traces into a graph (cost: entries x values). A count does not depend on the order of
+    the entries, so ``sorter`` (the indices that sort an unsorted sequence) is checked,
+    not applied: the index is the one in the sorted order, as torch's."""
+    if sorter is not None and (tuple(sorter.shape) != tuple(sorted_sequence.shape)
+                               or sorter.dtype != dtypes.int64):
+        raise RuntimeError(f"torch.searchsorted(): boundary and sorter must have the same "
+                           f"size and sorter must be int64, got {tuple(sorter.shape)} "
+                           f"{sorter.dtype} for {tuple(sorted_sequence.shape)}")
     right = right or side == "right"
     if not isinstance(values, Tensor):
         values = creation.tensor(values, dtype=sorted_sequence.dtype)
@@ -1703,7 +1744,8 @@ METHODS = {
     "masked_fill": masked_fill, "masked_fill_": inplace(masked_fill),
     "masked_select": masked_select, "take_along_dim": take_along_dim,
     "tril": tril, "tril_": inplace(tril), "triu": triu, "triu_": inplace(triu),
-    "topk": topk, "sort": sort, "quantile": quantile, "argsort": argsort, "nonzero": nonzero,
+    "topk": topk, "sort": sort, "quantile": quantile, "nanquantile": nanquantile,
+    "argsort": argsort, "nonzero": nonzero,
     "repeat_interleave": repeat_interleave, "unfold": unfold, "unique": unique,
     "unique_consecutive": unique_consecutive,
     "diag": diag, "diagonal": diagonal, "bincount": bincount, "bucketize": bucketize,

@@ -1,7 +1,7 @@
 """Rows for the torch names ported programs met missing (issue 26): the special functions
 of ops/special_series.py (erfcx, ndtri, the modified Bessel I0/I1 family, zeta, and the
 composites ndtr, log_ndtr, sinc, mvlgamma; entr), xlog1py, ops/float_bits.py (copysign,
-nextafter), ops/selection.py (mode, nanmedian, msort) and ops/compose.py (trapezoid,
+nextafter, frexp), ops/selection.py (mode, nanmedian, msort) and ops/compose.py (trapezoid,
 block_diag, cartesian_prod, renorm, put, index_reduce, cholesky_solve / _inverse).
 Composites are listed under the op that carries them."""
 import numpy as np
@@ -153,6 +153,13 @@ CASES = [
            "special", dtypes=ALL, grad=False),
     OpCase("nextafter", lambda m, a, b: (a * 1).nextafter_(b) - a.nextafter(b),
            [In((4,)), In((4,))], "method", dtypes=F64),
+    OpCase("frexp", lambda m, a: m.frexp(a).mantissa * 3 + a.frexp()[1], [In((3, 4))],
+           dtypes=ALL),
+    OpCase("frexp", lambda m, a: m.frexp(a),
+           [fixed([0.0, -0.0, 1.0, 0.5, -2.0, 3.3, 1e-3, -1e30, 7e-39, 65504.0])],
+           "special", dtypes=F64, grad=False),
+    OpCase("frexp", lambda m, a: m.ldexp(m.frexp(a * 5)[0].round(), m.frexp(a * 5)[1]),
+           [In((5,))], "roundtrip", dtypes=F64, grad=False),
     # -- selections ----------------------------------------------------------------------
     OpCase("mode", lambda m, a: m.mode(a), [ties(4, 7)], dtypes=ALL, gradcheck=False),
     OpCase("mode", lambda m, a: a.mode(0, keepdim=True), [ties(6, 3)], "dim0",
