@@ -182,10 +182,3 @@ def fits(dtype, planes: int, wo: int) -> bool:
     along the row is as busy, and the transposes cost more than they save)."""
     return dtype == np.float32 and planes >= LANES and wo < 2 * LANES
 
-
-def rows_win(width: int) -> bool:
-    """Whether ``pooling.max_pool_values``' rows loop beats these loops' max pooling
-    (where both take the planes) on input rows of ``width``: from 16 columns (3x3/2 on
-    27x27 and 28x28 planes: 0.8x these loops' time, 2x2/2 on 20x20 0.7x; below, 3x3/1 on
-    12x12 and 14x14 1.3-1.6x, 3x3/2 on 14x14 1.05x)."""
-    return width >= 2 * LANES

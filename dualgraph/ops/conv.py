@@ -1004,27 +1004,24 @@ def max_pool_values(x, kernel_size, stride, padding, dilation, ceil_mode, out=No
 @lru_cache(maxsize=256)
 def _max_values_plan(shape, kernel_size, stride, padding, dilation, ceil_mode):
     """How :func:`max_pool_values` pools a float32 input of ``shape`` (a :class:`_Plan`):
-    with eight or sixteen planes in the lanes (``kernels.pool_lanes``) where it ``fits``,
-    unless the rows are wide enough for the rows loop to win (``pool_lanes.rows_win``):
     ``kernels.pooling.max_pool_values`` (or its unrolled copy for the window:
     ``values_loop``; eight or sixteen outputs of a row a vector, straight from the input
-    rows, NaN kept), which takes input rows of eight at least at column stride 1 or 2
-    (``pooling.vectorised``); else ``pooling.max_pool_rows`` (the first loop's order in
-    plain loops)."""
+    rows, NaN kept) where it takes the rows (input rows of eight at least, column stride
+    1 or 2: ``pooling.vectorised``); else with eight or sixteen planes in the lanes
+    (``kernels.pool_lanes``, where it ``fits``), or by ``pooling.max_pool_rows`` (the
+    first loop's order in plain loops)."""
     hw = shape[-2:]
     out_hw, _ = _pool_geometry(hw, kernel_size, stride, padding, ceil_mode, dilation)
     planes = math.prod(shape[:-2])
     final = shape[:-2] + tuple(out_hw)
     geometry = (*hw, *out_hw, *kernel_size, *stride, *dilation, *padding)
-    rows = kernels.pooling.vectorised(hw[1], stride[1])
-    if (kernels.pool_lanes.fits(np.float32, planes, out_hw[1])
-            and not (rows and kernels.pool_lanes.rows_win(hw[1]))):
+    if kernels.pooling.vectorised(hw[1], stride[1]):
+        return _Plan(kernels.pooling.values_loop(*kernel_size, stride[1], *dilation), planes,
+                     (planes, -1), final, geometry + (kernels.pooling.values_lanes(out_hw[1]),))
+    if kernels.pool_lanes.fits(np.float32, planes, out_hw[1]):
         lanes = kernels.pool_lanes.lanes(planes)
         return _Plan(kernels.pool_lanes.max_pool_lanes, -(-planes // lanes), (-1,), final,
                      (planes, lanes) + geometry)
-    if rows:
-        return _Plan(kernels.pooling.values_loop(*kernel_size, stride[1], *dilation), planes,
-                     (planes, -1), final, geometry + (kernels.pooling.values_lanes(out_hw[1]),))
     return _Plan(kernels.pooling.max_pool_rows, planes, (planes, -1), final, geometry)
 
 
