@@ -962,8 +962,7 @@ def _max_pool_kernel(x, *, kernel_size, stride, padding, dilation, ceil_mode, ou
         shape = x.shape[:-2] + tuple(out_hw)
         return cast(best.reshape(shape), dt), where.reshape(shape)
     if kernels.enabled(x) and hw[0] * hw[1] < 1 << 24 and not np.isnan(x).any():
-        best, where = _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw,
-                                     kernels.pooling.max_pool)
+        best, where = _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw)
         return cast(best, dt), where
     win = _windows(_pad(x, pads, -np.inf), kernel_size, stride, dilation, out_hw)
     if stride == kernel_size and dilation == (1, 1) and pads == ((0, 0), (0, 0)):
@@ -1079,20 +1078,17 @@ def specialise_max_values(x, *, kernel_size, stride, padding, dilation, ceil_mod
         ceil_mode), math.prod(shape))
 
 
-def _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw, loop, *extra, out=None):
-    """``loop`` (``kernels.pooling.max_pool``, or one of the values alone:
-    ``max_pool_values``, ``max_pool_rows``) on the float32 ``x (..., H, W)``, planes shared
-    among threads (``extra``: the loop's arguments after the padding): the maxima (into
-    ``out`` where given) and, from ``max_pool``, their flat positions (else None)."""
+def _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw):
+    """``kernels.pooling.max_pool`` on the float32 ``x (..., H, W)``, planes shared among
+    threads: the maxima and their flat positions in their planes."""
     hw, shape = x.shape[-2:], x.shape[:-2] + tuple(out_hw)
-    indices = loop is kernels.pooling.max_pool
     planes = np.ascontiguousarray(x).reshape(-1, hw[0] * hw[1])
-    best = empty_into(out, (planes.shape[0], out_hw[0] * out_hw[1]), x.dtype)
-    where = (np.empty(best.shape, np.int64),) if indices else ()
-    run_rows(loop, planes.shape[0], planes, best, *where, *hw, *out_hw, *kernel_size,
-             *stride, *dilation, padding[0], padding[1], *extra,
+    best = np.empty((planes.shape[0], out_hw[0] * out_hw[1]), x.dtype)
+    where = np.empty(best.shape, np.int64)
+    run_rows(kernels.pooling.max_pool, planes.shape[0], planes, best, where, *hw, *out_hw,
+             *kernel_size, *stride, *dilation, padding[0], padding[1],
              threads=threads_for(planes.size))
-    return best.reshape(shape), where[0].reshape(shape) if indices else None
+    return best.reshape(shape), where.reshape(shape)
 
 
 def _tiled_max_pool(win, hw):
