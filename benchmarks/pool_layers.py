@@ -37,15 +37,20 @@ LAYERS = [
     ("googlenet branch 256 28 s1", 256, 28, 3, 1, 1, 1, True),
     ("googlenet branch 512 14 s1", 512, 14, 3, 1, 1, 1, True),
     ("googlenet branch 832 7 s1", 832, 7, 3, 1, 1, 1, True),
+    ("googlenet branch 480 14 s1", 480, 14, 3, 1, 1, 1, True),
+    ("squeezenet1.1 256 27", 256, 27, 3, 2, 0, 1, True),
     ("densenet121 avg 128 56", 128, 56, 2, 2, 0, 0, False),
     ("densenet121 avg 256 28", 256, 28, 2, 2, 0, 0, False),
     ("densenet121 avg 512 14", 512, 14, 2, 2, 0, 0, False),
+    ("densenet121 avg 1024 14 first", 1024, 14, 2, 2, 0, 0, False),   # (pool_before_conv's)
     # shapes of no model here: stride 1 (inception-like branch), dilation, odd planes
     ("odd 192 28 s1", 192, 28, 3, 1, 1, 1, False),
     ("odd 40 57 k3 d2", 40, 57, 3, 2, 1, 2, True),
     ("odd 24 13 k2 s1", 24, 13, 2, 1, 0, 1, False),
     ("odd avg 40 57 k3 s2 p1", 40, 57, 3, 2, 1, 0, True),
     ("odd avg 96 9 k3 s1 p1", 96, 9, 3, 1, 1, 0, False),
+    ("odd 200 11 s1", 200, 11, 3, 1, 1, 1, False),
+    ("odd 72 15 k2 s2", 72, 15, 2, 2, 0, 1, True),
 ]
 
 

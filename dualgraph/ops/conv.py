@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from .. import dtypes, kernels
 from ..dispatch import apply
-from ..kernels.threads import run_rows, threads_for
+from ..kernels.threads import run_kept, run_rows, threads_for
 from ..kernels.tuning import cores
 from ..shapes import ShapedType, ShapeError, is_static
 from . import creation, index, linalg, reduce
@@ -961,8 +962,7 @@ def _max_pool_kernel(x, *, kernel_size, stride, padding, dilation, ceil_mode, ou
         shape = x.shape[:-2] + tuple(out_hw)
         return cast(best.reshape(shape), dt), where.reshape(shape)
     if kernels.enabled(x) and hw[0] * hw[1] < 1 << 24 and not np.isnan(x).any():
-        best, where = _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw,
-                                     kernels.pooling.max_pool)
+        best, where = _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw)
         return cast(best, dt), where
     win = _windows(_pad(x, pads, -np.inf), kernel_size, stride, dilation, out_hw)
     if stride == kernel_size and dilation == (1, 1) and pads == ((0, 0), (0, 0)):
@@ -991,57 +991,104 @@ def _max_pool_kernel(x, *, kernel_size, stride, padding, dilation, ceil_mode, ou
 
 def max_pool_values(x, kernel_size, stride, padding, dilation, ceil_mode, out=None):
     """Max pooling's values alone (no indices) of the float32 ``x (..., H, W)``, planes
-    shared among threads, by ``kernels.pooling.max_pool_values`` (or its unrolled copy for
-    the window: ``values_loop``; eight or sixteen outputs of a row a vector, straight
-    from the input rows, NaN kept) where it takes the rows
-    (input rows of eight at least, column stride 1 or 2: ``pooling.vectorised``); else
-    with eight or sixteen planes in the lanes (``kernels.pool_lanes``, where it ``fits``),
-    or by ``pooling.max_pool_rows`` (the first loop's order in plain loops), into ``out``
-    where given (``empty_into``). None where none runs (another dtype, no Numba, a small
+    shared among threads, by the loop :func:`_max_values_plan` chooses, into ``out`` where
+    given (``empty_into``). None where none runs (another dtype, no Numba, a small
     input)."""
     if not kernels.enabled(x):
         return None
-    hw = x.shape[-2:]
+    return _run_plan(_max_values_plan(tuple(x.shape), tuple(kernel_size), tuple(stride),
+                                      tuple(padding), tuple(dilation), ceil_mode), x, out)
+
+
+@lru_cache(maxsize=256)
+def _max_values_plan(shape, kernel_size, stride, padding, dilation, ceil_mode):
+    """How :func:`max_pool_values` pools a float32 input of ``shape`` (a :class:`_Plan`):
+    ``kernels.pooling.max_pool_values`` (or its unrolled copy for the window:
+    ``values_loop``; eight or sixteen outputs of a row a vector, straight from the input
+    rows, NaN kept) where it takes the rows (input rows of eight at least, column stride
+    1 or 2: ``pooling.vectorised``); else with eight or sixteen planes in the lanes
+    (``kernels.pool_lanes``, where it ``fits``), or by ``pooling.max_pool_rows`` (the
+    first loop's order in plain loops)."""
+    hw = shape[-2:]
     out_hw, _ = _pool_geometry(hw, kernel_size, stride, padding, ceil_mode, dilation)
+    planes = math.prod(shape[:-2])
+    final = shape[:-2] + tuple(out_hw)
+    geometry = (*hw, *out_hw, *kernel_size, *stride, *dilation, *padding)
     if kernels.pooling.vectorised(hw[1], stride[1]):
-        loop = kernels.pooling.values_loop(*kernel_size, stride[1], *dilation)
-        return _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw, loop,
-                              kernels.pooling.values_lanes(out_hw[1]), out=out)[0]
-    if kernels.pool_lanes.fits(x.dtype, x.size // (hw[0] * hw[1]), out_hw[1]):
-        return _pool_lanes(kernels.pool_lanes.max_pool_lanes, x, out_hw, *kernel_size, *stride,
-                           *dilation, *padding, out=out)
-    return _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw,
-                          kernels.pooling.max_pool_rows, out=out)[0]
+        return _Plan(kernels.pooling.values_loop(*kernel_size, stride[1], *dilation), planes,
+                     (planes, -1), final, geometry + (kernels.pooling.values_lanes(out_hw[1]),))
+    if kernels.pool_lanes.fits(np.float32, planes, out_hw[1]):
+        lanes = kernels.pool_lanes.lanes(planes)
+        return _Plan(kernels.pool_lanes.max_pool_lanes, -(-planes // lanes), (-1,), final,
+                     (planes, lanes) + geometry)
+    return _Plan(kernels.pooling.max_pool_rows, planes, (planes, -1), final, geometry)
 
 
-def _pool_lanes(loop, x, out_hw, *args, out=None):
-    """``loop`` of ``kernels.pool_lanes`` on the float32 ``x (..., H, W)`` (``args``: the
-    loop's after the sizes), groups of eight planes shared among threads, into ``out``
-    where given."""
-    hw = x.shape[-2:]
-    flat = np.ascontiguousarray(x).reshape(-1)
-    planes = flat.size // (hw[0] * hw[1])
-    out = empty_into(out, (planes * out_hw[0] * out_hw[1],), x.dtype)
-    lanes = kernels.pool_lanes.lanes(planes)
-    run_rows(loop, -(-planes // lanes), flat, out, planes, lanes, *hw, *out_hw, *args,
-             threads=threads_for(flat.size))
-    return out.reshape(x.shape[:-2] + tuple(out_hw))
+class _Plan(NamedTuple):
+    """A pooling loop as it runs on inputs of one shape: ``loop(start, stop, x, out,
+    *args)`` over ``range(rows)``, ``x`` and ``out`` contiguous and seen in ``layout``
+    (flat, or a row a plane), the result of shape ``final``."""
+    loop: object
+    rows: int
+    layout: tuple
+    final: tuple
+    args: tuple
 
 
-def _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw, loop, *extra, out=None):
-    """``loop`` (``kernels.pooling.max_pool``, or one of the values alone:
-    ``max_pool_values``, ``max_pool_rows``) on the float32 ``x (..., H, W)``, planes shared
-    among threads (``extra``: the loop's arguments after the padding): the maxima (into
-    ``out`` where given) and, from ``max_pool``, their flat positions (else None)."""
+def _run_plan(plan: _Plan, x, out=None):
+    """``plan`` run on ``x``, its rows shared among threads, into ``out`` where given
+    (``empty_into``)."""
+    target = empty_into(out, plan.final, x.dtype)
+    run_rows(plan.loop, plan.rows, np.ascontiguousarray(x).reshape(plan.layout),
+             target.reshape(plan.layout), *plan.args, threads=threads_for(x.size))
+    return target
+
+
+def fitted_pool(plan: _Plan, size: int):
+    """``run(x, out=None)``: ``plan`` for a compiled graph's node of ``size`` input
+    elements, its threads and the loop's compiled entry worked out once (``run_kept``):
+    choosing the loop, typing its arguments and checking the buffers cost more than a
+    small plane's pooling at every call. A call at a time (the entry is the closure's)."""
+    workers, entry = min(plan.rows, threads_for(size) or cores()), []
+
+    def run(x, out=None):
+        target = np.empty(plan.final, np.float32) if out is None else out
+        run_kept(plan.loop, workers, entry, np.ascontiguousarray(x).reshape(plan.layout),
+                 target.reshape(plan.layout), *plan.args, rows=plan.rows)
+        return target
+    return run
+
+
+def _fits_plans(x) -> bool:
+    """Whether a node's input ``x`` (a typed Value) takes a fitted pooling plan: float32,
+    of static shape, Numba there."""
+    return (kernels.numba_available() and is_static(x.shape)
+            and getattr(x, "dtype", None) == np.float32)
+
+
+def specialise_max_values(x, *, kernel_size, stride, padding, dilation, ceil_mode):
+    """``specialise`` (codegen) of ``max_pool2d_values``: :func:`max_pool_values`' plan
+    fitted to the node (:func:`fitted_pool`), where its loops take the input; else None
+    (the op's kernel)."""
+    shape = tuple(x.shape)
+    if not (_fits_plans(x) and math.prod(shape) >= kernels.MIN_ELEMENTS):
+        return None
+    return "max_pool_fitted", fitted_pool(_max_values_plan(
+        shape, tuple(kernel_size), tuple(stride), tuple(padding), tuple(dilation),
+        ceil_mode), math.prod(shape))
+
+
+def _max_pool_loop(x, kernel_size, stride, padding, dilation, out_hw):
+    """``kernels.pooling.max_pool`` on the float32 ``x (..., H, W)``, planes shared among
+    threads: the maxima and their flat positions in their planes."""
     hw, shape = x.shape[-2:], x.shape[:-2] + tuple(out_hw)
-    indices = loop is kernels.pooling.max_pool
     planes = np.ascontiguousarray(x).reshape(-1, hw[0] * hw[1])
-    best = empty_into(out, (planes.shape[0], out_hw[0] * out_hw[1]), x.dtype)
-    where = (np.empty(best.shape, np.int64),) if indices else ()
-    run_rows(loop, planes.shape[0], planes, best, *where, *hw, *out_hw, *kernel_size,
-             *stride, *dilation, padding[0], padding[1], *extra,
+    best = np.empty((planes.shape[0], out_hw[0] * out_hw[1]), x.dtype)
+    where = np.empty(best.shape, np.int64)
+    run_rows(kernels.pooling.max_pool, planes.shape[0], planes, best, where, *hw, *out_hw,
+             *kernel_size, *stride, *dilation, padding[0], padding[1],
              threads=threads_for(planes.size))
-    return best.reshape(shape), where[0].reshape(shape) if indices else None
+    return best.reshape(shape), where.reshape(shape)
 
 
 def _tiled_max_pool(win, hw):
@@ -1168,9 +1215,9 @@ def _avg_pool_kernel(x, *, kernel_size, stride, padding, ceil_mode, count_includ
         total /= np.asarray(hw[0] * hw[1], total.dtype)
         return cast(total, dt)
     if _loops_take(x):
-        return cast(_avg_pool_loop(kernels.pooling.avg_pool, x, tuple(hw), kernel_size, stride,
-                                   padding, ceil_mode, count_include_pad, divisor_override,
-                                   out=out), dt)
+        plan = _avg_plan(tuple(x.shape), tuple(kernel_size), tuple(stride), tuple(padding),
+                         ceil_mode, count_include_pad, divisor_override, x.dtype)
+        return cast(_run_plan(plan, x, out), dt)
     out_hw, pads = _pool_geometry(hw, kernel_size, stride, padding, ceil_mode)
     div = _avg_divisor(hw, out_hw, kernel_size, stride, padding, count_include_pad,
                        divisor_override)
@@ -1188,35 +1235,59 @@ def _loops_take(x) -> bool:
     return x.dtype in (np.float32, np.float64) and kernels.numba_available()
 
 
-def _avg_pool_loop(loop, x, hw, kernel_size, stride, padding, *divisor, out=None):
-    """``kernels.pooling.avg_pool`` (``x`` the input, ``(..., H, W)``; on small float32
-    planes ``kernels.pool_lanes.avg_pool_lanes`` where it ``fits``, unless the rows are
-    wide enough for ``kernels.pool_means``' loop to win (``beats_lanes``), which takes
-    float32 rows of eight at column stride 1 or 2 otherwise, straight from the input
-    rows, 0.2-0.7x the time of ``avg_pool``) or ``avg_pool_backward`` (``x`` the
-    gradient, ``(..., Ho, Wo)``) on ``x``'s planes, shared among threads (``divisor``:
-    ceil_mode, count_include_pad, divisor_override): the result, ``(..., Ho, Wo)`` or
-    ``(..., H, W)``, into ``out`` where given (``empty_into``)."""
-    out_hw, div = _divisor_rows(hw, tuple(kernel_size), tuple(stride), tuple(padding),
-                                *divisor, x.dtype)
-    forward = loop is kernels.pooling.avg_pool
-    sizes = (hw, out_hw) if forward else (out_hw, hw)
-    planes = kernels.rows(x, sizes[0][0] * sizes[0][1])
-    rows = (forward and x.dtype == np.float32 and kernels.numba_available()
-            and kernels.pooling.vectorised(hw[1], stride[1]))
-    if (forward and kernels.pool_lanes.fits(x.dtype, planes.shape[0], out_hw[1])
+@lru_cache(maxsize=256)
+def _avg_plan(shape, kernel_size, stride, padding, ceil_mode, count_include_pad,
+              divisor_override, dtype):
+    """How ``avg_pool2d``'s kernel pools an input of ``shape`` and ``dtype`` (float32 or
+    float64, Numba there; a :class:`_Plan`): ``kernels.pooling.avg_pool`` (a row of
+    column sums into a padded scratch row, then across it); on small float32 planes
+    ``kernels.pool_lanes.avg_pool_lanes`` where it ``fits``, unless the rows are wide
+    enough for ``kernels.pool_means``' loop to win (``beats_lanes``), which takes float32
+    rows of eight at column stride 1 or 2 otherwise, straight from the input rows, 0.2-0.7x
+    the time of ``avg_pool``."""
+    hw = shape[-2:]
+    out_hw, div = _divisor_rows(hw, kernel_size, stride, padding, ceil_mode,
+                                count_include_pad, divisor_override, dtype)
+    planes = math.prod(shape[:-2])
+    final = shape[:-2] + tuple(out_hw)
+    geometry = (*hw, *out_hw, *kernel_size, *stride, *padding)
+    rows = dtype == np.float32 and kernels.pooling.vectorised(hw[1], stride[1])
+    if (kernels.pool_lanes.fits(dtype, planes, out_hw[1])
             and not (rows and kernels.pool_means.beats_lanes(hw[1]))):
-        return _pool_lanes(kernels.pool_lanes.avg_pool_lanes, x, out_hw, *kernel_size, *stride,
-                           *padding, div, out=out)
-    extra = ()
+        lanes = kernels.pool_lanes.lanes(planes)
+        return _Plan(kernels.pool_lanes.avg_pool_lanes, -(-planes // lanes), (-1,), final,
+                     (planes, lanes) + geometry + (div,))
     if rows:
-        loop = kernels.pool_means.rows_loop(kernel_size[1], stride[1])
-        extra = (kernels.pooling.values_lanes(out_hw[1]),)
-    out = empty_into(out, (planes.shape[0], sizes[1][0] * sizes[1][1]), x.dtype)
-    arrays = (planes, out, div) if forward else (planes, div, out)
-    run_rows(loop, planes.shape[0], *arrays, *hw, *out_hw, *kernel_size, *stride, *padding,
-             *extra, threads=threads_for(planes.size))
-    return out.reshape(x.shape[:-2] + tuple(sizes[1]))
+        return _Plan(kernels.pool_means.rows_loop(kernel_size[1], stride[1]), planes,
+                     (planes, -1), final,
+                     (div,) + geometry + (kernels.pooling.values_lanes(out_hw[1]),))
+    return _Plan(kernels.pooling.avg_pool, planes, (planes, -1), final, (div,) + geometry)
+
+
+def specialise_avg_pool(x, *, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                        divisor_override):
+    """``specialise`` (codegen) of ``avg_pool2d``: the kernel's plan (:func:`_avg_plan`)
+    fitted to the node (:func:`fitted_pool`) for float32 inputs of static shape, but the
+    whole plane's mean (the kernel's own); else None."""
+    shape = tuple(x.shape)
+    if not _fits_plans(x) or _whole_plane(shape[-2:], kernel_size, padding, divisor_override):
+        return None
+    return "avg_pool_fitted", fitted_pool(_avg_plan(
+        shape, tuple(kernel_size), tuple(stride), tuple(padding), ceil_mode, count_include_pad,
+        divisor_override, np.dtype(np.float32)), math.prod(shape))
+
+
+def _avg_pool_backward_loop(g, hw, kernel_size, stride, padding, *divisor):
+    """``kernels.pooling.avg_pool_backward`` on the planes of ``g (..., Ho, Wo)``, shared
+    among threads (``divisor``: ceil_mode, count_include_pad, divisor_override): the
+    gradient of the input, ``(..., H, W)``."""
+    out_hw, div = _divisor_rows(hw, tuple(kernel_size), tuple(stride), tuple(padding),
+                                *divisor, g.dtype)
+    planes = kernels.rows(g, out_hw[0] * out_hw[1])
+    dx = np.empty((planes.shape[0], hw[0] * hw[1]), g.dtype)
+    run_rows(kernels.pooling.avg_pool_backward, planes.shape[0], planes, div, dx, *hw, *out_hw,
+             *kernel_size, *stride, *padding, threads=threads_for(planes.size))
+    return dx.reshape(g.shape[:-2] + tuple(hw))
 
 
 @lru_cache(maxsize=256)
@@ -1253,9 +1324,9 @@ def _avg_pool_backward_kernel(g, *, input_size, kernel_size, stride, padding, ce
         dx[...] = g / np.asarray(input_size[0] * input_size[1], g.dtype)
         return cast(dx, dt)
     if _loops_take(g):
-        return cast(_avg_pool_loop(kernels.pooling.avg_pool_backward, g, tuple(input_size),
-                                   kernel_size, stride, padding, ceil_mode, count_include_pad,
-                                   divisor_override), dt)
+        return cast(_avg_pool_backward_loop(g, tuple(input_size), kernel_size, stride, padding,
+                                            ceil_mode, count_include_pad, divisor_override),
+                    dt)
     out_hw, pads = _pool_geometry(input_size, kernel_size, stride, padding, ceil_mode)
     div = _avg_divisor(input_size, out_hw, kernel_size, stride, padding, count_include_pad,
                        divisor_override)
@@ -1312,7 +1383,7 @@ AVG_POOL2D = defop("avg_pool2d", _avg_pool_kernel, _infer_avg_pool, saves="",
                                                        input_size=_hw(x), **pool),
                    attrs=("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad",
                           "divisor_override"),
-                   onnx=_onnx_avg_pool2d, fills_out=True)
+                   onnx=_onnx_avg_pool2d, fills_out=True, specialise=specialise_avg_pool)
 AVG_POOL2D_BACKWARD = defop("avg_pool2d_backward", _avg_pool_backward_kernel,
                             _infer_avg_pool_backward, saves="",
                             compiler_only=True,

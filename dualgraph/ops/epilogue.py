@@ -795,5 +795,6 @@ MAX_POOL2D_VALUES = defop(
     "max_pool2d_values", _max_values_kernel,
     lambda x, **pool: conv_ops._infer_max_pool(x, **pool)[0],
     attrs=conv_ops.MAX_POOL2D.attrs, saves="", onnx=None, compiler_only=True, fills_out=True,
+    specialise=conv_ops.specialise_max_values,
     decomposition=lambda x, **pool: apply(conv_ops.MAX_POOL2D, x, **pool)[0],
     doc="max_pool2d's values alone (made where its indices are unread: inference)")
