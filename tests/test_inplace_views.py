@@ -99,6 +99,29 @@ def test_a_reshape_that_copies_is_not_a_view():
     check(program)
 
 
+@pytest.mark.parametrize("write", ["setitem", "add_"])
+def test_a_reshape_of_a_tensor_transposed_in_place_copies_with_a_dynamic_dim_too(write):
+    """``h.t_()`` then ``h.reshape(-1)`` copies (the strides can't give it), also when the
+    batch dim is traced symbolic: a generated program (torch_api seed 86147) wrote through
+    the copy into ``h`` at the second batch size (the recorded layout was dropped)."""
+    def program(m, x):
+        h = x.clone()
+        h.t_()
+        if write == "setitem":
+            h.reshape(-1)[:2] = 3.0
+        else:
+            h.reshape(-1).add_(100.0)
+        return h.t() * 2.0
+
+    compiled = dg.compile(lambda x: program(dg, x))
+    for batch in (3, 4, 5):   # (the second size retraces with the batch dim symbolic)
+        x = np.arange(batch * 6, dtype=np.float64).reshape(batch, 6)
+        want = program(torch, torch.tensor(x)).numpy()
+        np.testing.assert_array_equal(program(dg, dg.tensor(x)).numpy(), want)
+        np.testing.assert_array_equal(compiled(dg.tensor(x)).numpy(), want)
+    assert "symbolic" in compiled.explain()
+
+
 def test_a_view_taken_before_its_base_changed_reads_the_new_value():
     def program(m, w):
         y = w * 1.0

@@ -694,10 +694,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # windows unrolled.
 # kernels/ +5 and the core +8 at the merge of i-pool5 with i-conv7 (conv_pointpacked's
 # rows_a_block, kept within the folder's slack alone).
-CORE_BUDGET = 35_359
+# ops/ +9 and the core +9 (lead): a layout ``h.t_()`` recorded for a tensor of a symbolic
+# dim is kept at stand-in sizes each name keeps (views._stand_in_shape).
+CORE_BUDGET = 35_368
 BUDGETS = {".": 2_510, "amp": 320, "autograd": 1_129, "backends": 40, "capture": 5_340,
            "cli": 320, "codegen": 1_369, "distributed": 1_730, "graph": 1_120, "kernels": 7_512,
-           "ops": 12_190, "passes": 4_199, "export": 3_876, "nn": 5_367, "optim": 1_867,
+           "ops": 12_199, "passes": 4_199, "export": 3_876, "nn": 5_367, "optim": 1_867,
            "profiler": 440, "utils": 600, "distributions": 1_459, "func": 360}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,

@@ -99,13 +99,14 @@ def eager_layout(chain: list, root: Tensor):
     known = root_layout(root)
     sizes = None
     if not all(isinstance(d, (int, np.integer)) for d in shape):
-        # (symbolic dims: replayed at stand-in sizes, distinct and above 1, as the graph
-        # assumes its symbols are: whether a view is row-major does not depend on which)
-        if known is not None and not known.flags.c_contiguous:
-            return ANY_LAYOUT
-        names = sorted({n for d in shape if isinstance(d, Sym) for n in d.names})
-        sizes = {n: 7 + 4 * k for k, n in enumerate(names)}
-        shape, known = tuple(substitute(shape, sizes)), None
+        # (symbolic dims: replayed at stand-in sizes, as the graph assumes its symbols are:
+        # whether a view is row-major does not depend on which; a layout an in-place view
+        # op recorded (``h.t_()``) is at those sizes, a bound input's at its own)
+        shape, sizes = _stand_in_shape(shape)
+        if known is not None and known.shape != shape:
+            if not known.flags.c_contiguous:
+                return ANY_LAYOUT
+            known = None
     strides = known.strides if known is not None else _row_major(shape, itemsize)
     # (a stand-in of one element's memory, never read: its strides are all that matter)
     element = np.zeros(itemsize, np.uint8).view(np.dtype((np.void, itemsize)))
@@ -121,6 +122,18 @@ def eager_layout(chain: list, root: Tensor):
         except TypeError:    # (a symbol of another tensor's dims: not known)
             return ANY_LAYOUT
     return stand_in
+
+
+_STAND_IN_SIZES: dict = {}
+
+
+def _stand_in_shape(shape: tuple) -> tuple[tuple, dict]:
+    """``shape`` with its symbols at stand-in sizes, and the sizes: distinct and above 1,
+    each name's the same wherever it appears (the layout ``h.t_()`` recorded for a
+    ``(s0, 6)`` tensor and a later replay of a view of it agree)."""
+    names = sorted({n for d in shape if isinstance(d, Sym) for n in d.names})
+    sizes = {n: _STAND_IN_SIZES.setdefault(n, 7 + 4 * len(_STAND_IN_SIZES)) for n in names}
+    return tuple(substitute(shape, sizes)), sizes
 
 
 def own_if_copied(t: Tensor) -> Tensor:
@@ -173,9 +186,13 @@ def root_layout(root: Tensor):
     if bound is not None:
         return bound.array
     tensor, stand_in = tracer.layouts.get(id(root), (None, None))
-    # (only while it has the shape the view op gave it)
-    return (stand_in if tensor is root and stand_in is not None
-            and stand_in.shape == tuple(root.shape) else None)
+    if tensor is not root or stand_in is None:
+        return None
+    # (only while it has the shape the view op gave it: symbols at their stand-in sizes)
+    shape = tuple(root.shape)
+    if not all(isinstance(d, (int, np.integer)) for d in shape):
+        shape = _stand_in_shape(shape)[0]
+    return stand_in if stand_in.shape == shape else None
 
 
 def _row_major(shape, itemsize) -> tuple:
