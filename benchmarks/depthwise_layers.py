@@ -3,10 +3,14 @@ a MobileNetV3-small-like stack, EfficientNet-B0), each with its bias and activat
 the compiled ``conv2d_epilogue`` runs it (``kernels/conv_direct.py``), against
 onnxruntime running the same layer alone (Conv and its activation nodes) and torch eager.
 
-Run ``python -m benchmarks.depthwise_layers [--batches 1,16] [--rounds 5] [NAME-PART ...]``
-(one thread per engine, set before NumPy loads OpenBLAS). Times are the best process CPU
-time of ``--rounds`` calls, engines in turns; each line gives ms and dualgraph's ratio to
-onnxruntime and to torch.
+Run ``python -m benchmarks.depthwise_layers [--batches 1,16] [--rounds 5] [--blocked]
+[NAME-PART ...]`` (one thread per engine, set before NumPy loads OpenBLAS). Times are the
+best process CPU time of ``--rounds`` calls, engines in turns; each line gives ms and
+dualgraph's ratio to onnxruntime and to torch. ``--blocked`` times dualgraph's loop on
+channel-blocked activations instead (``conv_blocked.fitted_depthwise``, the
+``depthwise_blocked`` node of a compiled mobile CNN; layers of a multiple of eight
+channels), its input and output already blocked, as onnxruntime's NCHWc nodes are in a
+model (here alone, onnxruntime also reorders into and out of its blocked layout).
 """
 from __future__ import annotations
 
@@ -34,6 +38,7 @@ LAYERS = [
     ("v3 72 28", 72, 28, 3, 1, "relu"), ("v3 96 28/2 k5", 96, 28, 5, 2, "hardswish"),
     ("v3 240 14 k5", 240, 14, 5, 1, "hardswish"), ("v3 120 14 k5", 120, 14, 5, 1, "hardswish"),
     ("v3 288 14/2 k5", 288, 14, 5, 2, "hardswish"), ("v3 576 7 k5", 576, 7, 5, 1, "hardswish"),
+    ("v3 72 28/2", 72, 28, 3, 2, "relu"), ("v3 96 14", 96, 14, 3, 1, "hardswish"),
     ("b0 144 56/2 k5", 144, 56, 5, 2, "silu"), ("b0 240 28 k5", 240, 28, 5, 1, "silu"),
     ("b0 240 28/2", 240, 28, 3, 2, "silu"), ("b0 480 14", 480, 14, 3, 1, "silu"),
     ("b0 480 14 k5", 480, 14, 5, 1, "silu"), ("b0 672 14 k5", 672, 14, 5, 1, "silu"),
@@ -57,12 +62,14 @@ def best_ms(fns, rounds):
     return {k: 1e3 * v for k, v in best.items()}
 
 
-def measure(layer, batch, rounds):
+def measure(layer, batch, rounds, blocked=False):
     import torch
 
     from dualgraph.kernels import conv_direct
     from dualgraph.kernels.epilogue import ACTIVATIONS
     name, c, size, k, s, act = layer
+    if blocked and c % 8:
+        return
     rng = np.random.default_rng(0)
     x = rng.standard_normal((batch, c, size, size), dtype=np.float32)
     w = rng.standard_normal((c, 1, k, k), dtype=np.float32) / k
@@ -79,6 +86,15 @@ def measure(layer, batch, rounds):
     def ours():
         conv_direct.conv(x, w, out, (s, s), ((p, p), (p, p)), (1, 1), c, b, None, 0, code,
                          lo, hi)
+    if blocked:
+        from dualgraph.kernels import conv_blocked
+        xb = conv_blocked.block(x)
+        run = conv_blocked.fitted_depthwise(xb.shape, w.shape, (s, s), ((p, p), (p, p)),
+                                            (1, 1), act=code, lo=lo, hi=hi)
+        out = np.empty((batch, c // 8, ho, ho, 8), np.float32)
+
+        def ours():
+            run(xb, w, b, out=out)
 
     def run_torch():
         with torch.no_grad():
@@ -92,25 +108,29 @@ def measure(layer, batch, rounds):
           flush=True)
 
 
-def run_layers(argv, doc, layers, measure, rounds):
-    """The command line of a per-layer table: ``measure(layer, batch, rounds)`` for each
-    batch of ``--batches`` and each of ``layers`` whose name holds a given part."""
+def run_layers(argv, doc, layers, measure, rounds, options=()):
+    """The command line of a per-layer table: ``measure(layer, batch, rounds, **flags)``
+    for each batch of ``--batches`` and each of ``layers`` whose name holds a given part,
+    ``flags`` the ``--NAME`` switches of ``options`` given."""
     import torch
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--batches", default="1,16")
     parser.add_argument("--rounds", type=int, default=rounds)
+    for name in options:
+        parser.add_argument(f"--{name}", action="store_true")
     parser.add_argument("parts", nargs="*")
     args = parser.parse_args(argv)
+    flags = {name: getattr(args, name) for name in options}
     torch.set_num_threads(1)
     print(f"load average {os.getloadavg()[0]:.1f}; best CPU ms of {args.rounds}, one thread")
     for batch in map(int, args.batches.split(",")):
         for layer in layers:
             if not args.parts or any(part in layer[0] for part in args.parts):
-                measure(layer, batch, args.rounds)
+                measure(layer, batch, args.rounds, **flags)
 
 
 def main(argv=None):
-    run_layers(argv, __doc__, LAYERS, measure, 5)
+    run_layers(argv, __doc__, LAYERS, measure, 5, options=("blocked",))
 
 
 if __name__ == "__main__":

@@ -51,7 +51,7 @@ def _bounds(act):
 def test_depthwise_loop_matches_torch(case, wide, monkeypatch):
     """Eight lanes a block, or sixteen (pairs of blocks, a last odd one alone: 3 and 5
     blocks), whatever the CPU: the values are torch's, NaN and infinities included."""
-    monkeypatch.setattr(conv_blocked, "wide", lambda: wide)
+    monkeypatch.setattr(conv_blocked, "paired", lambda positions: wide)
     n, c, h, w, k, s, p, d, act, at = case
     rng = np.random.default_rng(c + h)
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
@@ -347,8 +347,8 @@ def test_symbolic_dims_are_never_blocked():
 
 
 def test_sixteen_lanes_give_the_same_bits_as_eight(monkeypatch):
-    """Both loops at either width (``conv_blocked.wide``): each output is the same chain of
-    multiply-adds, so the bits agree (odd block counts, a 5x5 at stride 2, a 1x1 group of
+    """Both loops at either width (``conv_blocked.wide``, ``paired``): each output is the
+    same chain of multiply-adds, so the bits agree (odd block counts, a 5x5 at stride 2, a 1x1 group of
     48 channels and a partial one)."""
     rng = np.random.default_rng(7)
     n, c, h, w, cout = 2, 40, 13, 11, 80
@@ -359,6 +359,7 @@ def test_sixteen_lanes_give_the_same_bits_as_eight(monkeypatch):
     results = []
     for wide in (False, True):
         monkeypatch.setattr(conv_blocked, "wide", lambda: wide)
+        monkeypatch.setattr(conv_blocked, "paired", lambda positions: wide)
         y = conv_blocked.fitted_depthwise(x.shape, dw.shape, (2, 2), ((2, 2), (2, 2)),
                                           (1, 1), act=1)(x, dw, bias[:c])
         z = conv_blocked.pointwise(x.shape, cout, False, act=1)(x, conv_blocked.pack(pw), bias)
@@ -366,3 +367,15 @@ def test_sixteen_lanes_give_the_same_bits_as_eight(monkeypatch):
     assert conv_blocked.pack(pw).shape[-1] == 48
     for narrow, wide in zip(*results):
         np.testing.assert_array_equal(narrow.view(np.int32), wide.view(np.int32))
+
+
+def test_depthwise_pairs_blocks_where_their_plane_fits_l1(monkeypatch):
+    """The depthwise loop sums pairs of blocks at full width on any plane; with AVX-512's
+    32 registers at half width (Zen 4) on planes whose paired form fits L1 (a 7x7 output
+    of a 5x5 kernel: 11x11 padded, not 30x30); with 16 registers (AVX2) never."""
+    from dualgraph.kernels import isa
+    for registers, full, small, large in ((32, True, True, True), (32, False, True, False),
+                                          (16, False, False, False)):
+        monkeypatch.setattr(isa, "vector_registers", lambda: registers)
+        monkeypatch.setattr(isa, "full_width", lambda: full)
+        assert (conv_blocked.paired(11 * 11), conv_blocked.paired(30 * 30)) == (small, large)

@@ -25,11 +25,13 @@ in order from the bias, whatever the chunk or thread: the bits do not depend on 
 
 Where the loops run AVX-512 at full width (:func:`wide`: ``isa.full_width``, two 512-bit
 multiply-adds a cycle) both sum sixteen lanes, the same loop bodies on vectors of twice
-the width (``simd.load_like``): a depthwise item is a pair of blocks, copied side by side
-into a plane of sixteen floats a position (a last odd block alone, as eight); a 1x1 group
-is 48 output channels (:func:`pack` then packs ``(groups, C, 48)`` where ``Cout`` is a
-multiple of sixteen; the loop reads the width off the packed weight), each sum stored as
-two runs of eight, one to each of its blocks (``simd.store_runs``). Each output is the
+the width (``simd.load_like``), and the depthwise loop wherever AVX-512's registers are
+(:func:`paired`, Zen 4's half-width units too on planes that fit L1: more sums in flight
+on short rows): a depthwise item is a pair of blocks, copied side by side into a plane of
+sixteen floats a position (a last odd block alone, as eight); a 1x1 group is 48 output
+channels (:func:`pack` then packs ``(groups, C, 48)`` where ``Cout`` is a multiple of
+sixteen; the loop reads the width off the packed weight), each sum stored as two runs of
+eight, one to each of its blocks (``simd.store_runs``). Each output is the
 same chain of multiply-adds in the same order as with eight lanes: the same bits.
 """
 from __future__ import annotations
@@ -50,6 +52,8 @@ GROUP = 3 * LANES     # output channels of the 1x1 register block
 WIDE_GROUP = 3 * WIDE   # ... where its vectors have sixteen lanes
 CHUNK = 96            # positions of a 1x1 work item
 SMALL = 4096          # elements below which NumPy's transposing copy is quicker to call
+PAIRED_BYTES = 32 << 10   # a paired depthwise plane's bytes up to which half-width units
+#                           sum pairs (:func:`paired`): an L1 data cache
 
 
 def block(x: np.ndarray) -> np.ndarray:
@@ -191,9 +195,24 @@ def _depthwise(start, stop, x, w, bias, out, residual, scratch, narrow, wblocks,
 
 
 def wide() -> bool:
-    """Whether the depthwise loop sums pairs of blocks as sixteen lanes: where the loops
-    are compiled for AVX-512 executed at full width (``isa.full_width``)."""
+    """Whether the 1x1 loop's groups are sixteen-lane vectors (:func:`group_width`):
+    where the loops are compiled for AVX-512 executed at full width (``isa.full_width``)."""
     return isa.full_width()
+
+
+def paired(positions: int) -> bool:
+    """Whether the depthwise loop sums pairs of blocks as sixteen lanes, its zero-padded
+    plane of ``positions`` positions: at full width (:func:`wide`) always; where AVX-512's
+    32 registers run a sixteen-lane multiply-add as two halves (Zen 4) while the pair's
+    plane stays in L1 (``PAIRED_BYTES``). There the pair still halves the loads and loop
+    steps a channel and puts twice as many independent sums in flight: a row of seven
+    positions (7x7 planes) is seven chains of 9 or 25 dependent multiply-adds, too few to
+    hide their latency (docs/benchmarks.md, 2026-12-06 "depthwise convs on small
+    planes": 5-13% less time on 7x7 and 14x14 planes; on 28x28 planes, whose paired plane
+    is 54 kB, from 7% less to 6% more). With 16 registers the pair's sums and weights
+    would spill."""
+    return wide() or (isa.vector_registers() >= 32
+                      and positions * WIDE * F().itemsize <= PAIRED_BYTES)
 
 
 def fitted_depthwise(x_shape, w_shape, stride, padding, dilation, residual=False, where=0,
@@ -209,7 +228,7 @@ def fitted_depthwise(x_shape, w_shape, stride, padding, dilation, residual=False
     hp = (ho - 1) * stride[0] + (kh - 1) * dilation[0] + 1   # (the padded rows and
     wp = (wo - 1) * stride[1] + (kw - 1) * dilation[1] + 1   # columns the outputs read)
     shape = (n, cb, ho, wo, LANES)
-    span = 2 if cb > 1 and wide() else 1
+    span = 2 if cb > 1 and paired(hp * wp) else 1
     groups = -(-cb // span)
     workers = max(1, min(n * groups, threads_for(n * cb * LANES * ho * wo * kh * kw)
                          or cores()))
