@@ -515,6 +515,12 @@ FOUND = [
      "v2 = m.clone()\nv2[-1:].copy_(f.sum(0, keepdim=True))",
      "a bool tensor times alpha became int64; a bool written through a view from a float "
      "that needs a gradient came to need one"),
+    ("v0 = u % -0.5\nv1 = torch.atan2(v0, v0)\nv2 = f % -0.5\nv3 = torch.signbit(-f % 0.5)",
+     "a zero remainder took the divisor's sign (NumPy's rule); torch's keeps the dividend's"),
+    ("v0 = h.sum((0, 1), dtype=torch.float64)\nv1 = v0.scatter_reduce(0, torch.zeros_like("
+     "v0, dtype=torch.long), v0, reduce='prod', include_self=False)\nv2 = v0.scatter_reduce("
+     "-1, torch.zeros_like(v0, dtype=torch.long), v0 * 2, reduce='amax')",
+     "scatter_reduce(reduce='prod') of a 0-d tensor raised"),
 ]
 
 

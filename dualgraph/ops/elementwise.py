@@ -241,7 +241,8 @@ def _onnx_floor_divide(e, node):
 
 
 # floor_divide and remainder use NumPy's floor division, which (like torch's) is Python's:
-# the quotient rounds toward -inf and the remainder takes the divisor's sign.
+# the quotient rounds toward -inf and the remainder takes the divisor's sign (a zero
+# remainder the dividend's: ``_remainder``).
 FLOOR_DIVIDE = defop("floor_divide", binary_kernel(np.floor_divide), infer_binary,
                      vjp=_zero_vjp, saves="", elementwise="{0} // {1}",
                      onnx=_onnx_floor_divide)
@@ -271,7 +272,20 @@ def _onnx_fmod(e, node):
     return [e.op("Mod", e.inputs(e.common_dtype()), fmod=1)]
 
 
-REMAINDER = defop("remainder", binary_kernel(np.remainder), infer_binary, vjp=_remainder_vjp,
+def _remainder(a, b):
+    """``np.remainder``, except that an exact multiple's zero keeps the dividend's sign, as
+    torch's (which adds the divisor to C's ``fmod`` only where the signs differ): NumPy gives
+    that zero the divisor's sign (``1.0 % -0.5`` is -0.0 there, 0.0 in torch), which
+    ``atan2``, ``signbit`` and division by the result show."""
+    out = np.remainder(a, b)
+    if out.dtype.kind == "f":
+        zero = out == 0
+        if zero.any():
+            out = np.where(zero, np.copysign(out, a), out).astype(out.dtype, copy=False)
+    return out
+
+
+REMAINDER = defop("remainder", binary_kernel(_remainder), infer_binary, vjp=_remainder_vjp,
                   saves="i", elementwise="{0} % {1}",
                   onnx=_onnx_remainder)
 FMOD = defop("fmod", binary_kernel(np.fmod), infer_binary, vjp=_fmod_vjp, saves="i",

@@ -901,6 +901,12 @@ def scatter_reduce(input, dim, index, src, reduce, *, include_self=True):
         return scatter_reduce(input.long(), dim, index, src.long(), reduce,
                               include_self=include_self).bool()
     d = normalize_dim(dim, input.ndim)
+    if input.ndim == 0:   # (one position: the reduction of a 1-element vector)
+        flat = scatter_reduce(shape_ops.reshape(input, (1,)), 0, shape_ops.reshape(index, (-1,)),
+                              src if not isinstance(src, Tensor) or src.ndim == 0
+                              else shape_ops.reshape(src, (-1,)), reduce,
+                              include_self=include_self)
+        return shape_ops.reshape(flat, ())
     _grid_checks(input, d, index, "scatter_reduce")
     src = _scatter_values(src, index, input)
     if tuple(src.shape) != tuple(index.shape):
