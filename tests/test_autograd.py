@@ -397,6 +397,21 @@ def test_gradcheck_catches_a_wrong_vjp():
     assert dg.autograd.gradcheck(lambda t: t * t, (x,))
 
 
+def test_gradcheck_pairs_each_cotangent_with_its_output():
+    """An output without grad before the differentiable ones (linalg.lu's P, a mask) takes
+    no cotangent: the next output's is not given to it. The check of a right rule passes,
+    of a wrong one fails, as torch.autograd.gradcheck's."""
+    x = dg.tensor([[0.3, -0.7], [1.1, 0.4]], dtype=dg.float64, requires_grad=True)
+    assert dg.autograd.gradcheck(lambda t: ((t > 0).double(), t * t, t.exp()), (x,))
+    from dualgraph.ops.opdef import OpDef
+    from dualgraph.dispatch import apply
+    from dualgraph.ops import elementwise
+    wrong = OpDef("wrong_square", lambda x: x * x, elementwise.NEG.infer,
+                  vjp=lambda g, out, x: g * x)
+    with pytest.raises(dg.autograd.GradcheckError, match="finite differences"):
+        dg.autograd.gradcheck(lambda t: ((t > 0).double(), apply(wrong, t)), (x,))
+
+
 def test_promotion_matches_torch():
     cases = [
         (np.ones(3, np.int32), 1.5), (np.ones(3, np.int32), np.float64(2.0)),
