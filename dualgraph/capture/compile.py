@@ -92,6 +92,7 @@ class Entry:
                                      donate=_writeback_inputs(capture), backend=backend)
         self.times["codegen"] = self.executable.times["codegen_s"]
         self.aliased = _outputs_aliasing_inputs(self.graph)
+        self.view_chains = _view_chains(capture)
         self.dims = DimFacts.of([capture.graph] + ([backward.graph] if backward else []),
                                 capture.size_facts)
         self._bind(capture)
@@ -401,6 +402,16 @@ class Entry:
             group[key] = float(t._data)
         for slot, t in cap.number_writes:   # (a Python number of the slot's type again)
             slot.set(t._data.item())
+        for leaf, ((kind, k), chain) in self.view_chains.items():
+            if kind == "input":
+                view = self._bound_tensor(k, tensor_args)
+            else:
+                view = tensor_args[self.arg_writes[k]] if k in self.arg_writes else \
+                    cap.writebacks[k][1]
+            if view is not None:
+                for op, attrs in chain:
+                    view = dispatch.apply(op, view, **attrs)
+                leaves[leaf] = view
         return unflatten(cap.out_spec, leaves)
 
 
@@ -691,6 +702,42 @@ def _passthrough_outputs(capture) -> list:
     values = [i for i, kind in enumerate(capture.out_leaves) if kind == "value"]
     return [(i, j, bound.get(graph.outputs[j]) or returned[i]) for j, i in enumerate(values)
             if graph.outputs[j] in bound or i in returned]
+
+
+def _plain(value) -> bool:
+    """Whether an attr is a plain Python value (not a symbolic size), to apply again."""
+    if isinstance(value, (tuple, list)):
+        return all(_plain(v) for v in value)
+    return value is None or type(value) in (int, float, bool, str)
+
+
+def _view_chains(capture) -> dict:
+    """``{output leaf: (base, [(view op, attrs), ...])}`` for each output the user gets that
+    is a view (``return x[0]``, ``x.t()``) of a tensor bound to the graph: an input (base
+    ``("input", k)``) or one the call writes in place (``("write", j)``, its writeback),
+    made by view ops of plain attrs. The call applies them to that very tensor again, so
+    the output shares its memory as eager's does (a write through either shows in the
+    other) instead of being a copy. (An output a symbolic size shapes stays a copy.)"""
+    graph = capture.graph
+    made = {v: n for n in graph.nodes for v in n.outputs}
+    values = [p for p, kind in enumerate(capture.out_leaves) if kind == "value"]
+    bases = {v: ("input", k) for k, v in enumerate(graph.inputs)}
+    bases.update({graph.outputs[len(values) + j]: ("write", j)
+                  for j, (kind, _) in enumerate(capture.writebacks) if kind == "data"})
+    chains = {}
+    for i, leaf in enumerate(values):
+        v, chain = graph.outputs[i], []
+        while v not in bases:
+            node = made.get(v)
+            if (node is None or not node.op.view or len(node.inputs) != 1
+                    or not _plain(list(node.attrs.values()))):
+                break
+            chain.append((node.op, node.attrs))
+            v = node.inputs[0]
+        else:
+            if chain:
+                chains[leaf] = (bases[v], chain[::-1])
+    return chains
 
 
 def _outputs_aliasing_inputs(graph) -> list:
