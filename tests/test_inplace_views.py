@@ -393,6 +393,18 @@ def test_a_compiled_output_that_is_a_view_of_an_input_shares_its_memory(make):
             np.testing.assert_array_equal(g.numpy(), w.numpy())
 
 
+def test_a_compiled_view_of_symbolic_sizes_shares_its_input_at_each_size():
+    """At batch sizes the graph takes as a symbolic dim, the view is made at the call's
+    sizes: ``x.reshape(-1)[1:]`` is of ``x`` itself at every batch size."""
+    f = dg.compile(lambda x: x.reshape(-1)[1:])
+    for n in (2, 3, 4, 5):
+        x = dg.zeros(n, 3)
+        y = f(x)
+        y.add_(1)
+        assert y.shape == (3 * n - 1,) and x.sum().item() == 3 * n - 1
+    assert "with that dim symbolic" in f.explain() and len(f.cache) == 2
+
+
 def test_a_compiled_view_of_a_written_input_or_parameter_is_theirs_with_its_gradient():
     """The view of a tensor the call wrote in place (``x.mul_(2); return x[0]``) is of
     ``x`` after the write; a parameter's view (``self.w.t()``) shares the parameter and

@@ -701,11 +701,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # ops/ +112, the package's top level +8 and the core +120 (issue 26, i-real17): the LU
 # factorisation (ops/lu.py: linalg.lu_factor, lu, lu_solve, lu_factor_ex, torch.lu,
 # lu_unpack, lu_solve, with torch's gradient), which normflows-style flows call.
-# capture/ +46 and the core +46 (issue 26, i-real17): the default dtype guarded (a graph
+# capture/ +55 and the core +55 (issue 26, i-real17): the default dtype guarded (a graph
 # traced under float64 served float32 calls), and a compiled output that is a view of an
-# input or state made again as that view (compile._view_chains; a copy lost writes).
-CORE_BUDGET = 35_538
-BUDGETS = {".": 2_518, "amp": 320, "autograd": 1_129, "backends": 40, "capture": 5_386,
+# input or state made again as that view, at the call's symbolic sizes too
+# (compile._view_chains; a copy lost writes).
+CORE_BUDGET = 35_547
+BUDGETS = {".": 2_518, "amp": 320, "autograd": 1_129, "backends": 40, "capture": 5_395,
            "cli": 320, "codegen": 1_369, "distributed": 1_730, "graph": 1_120, "kernels": 7_516,
            "ops": 12_311, "passes": 4_199, "export": 3_876, "nn": 5_367, "optim": 1_867,
            "profiler": 440, "utils": 600, "distributions": 1_459, "func": 360}

@@ -402,7 +402,11 @@ class Entry:
             group[key] = float(t._data)
         for slot, t in cap.number_writes:   # (a Python number of the slot's type again)
             slot.set(t._data.item())
+        sizes = None
         for leaf, ((kind, k), chain) in self.view_chains.items():
+            if sizes is None and any(type(d) is Sym for v in self.capture.graph.inputs
+                                     for d in v.shape):
+                sizes = symbol_sizes(self.capture.graph.inputs, self.inputs(tensor_args))
             if kind == "input":
                 view = self._bound_tensor(k, tensor_args)
             else:
@@ -410,7 +414,8 @@ class Entry:
                     cap.writebacks[k][1]
             if view is not None:
                 for op, attrs in chain:
-                    view = dispatch.apply(op, view, **attrs)
+                    view = dispatch.apply(op, view, **{a: _sized(v, sizes or {})
+                                                       for a, v in attrs.items()})
                 leaves[leaf] = view
         return unflatten(cap.out_spec, leaves)
 
@@ -705,19 +710,26 @@ def _passthrough_outputs(capture) -> list:
 
 
 def _plain(value) -> bool:
-    """Whether an attr is a plain Python value (not a symbolic size), to apply again."""
+    """Whether an attr is a plain Python value or a symbolic size, to apply again."""
     if isinstance(value, (tuple, list)):
         return all(_plain(v) for v in value)
-    return value is None or type(value) in (int, float, bool, str)
+    return value is None or type(value) in (int, float, bool, str, Sym)
+
+
+def _sized(value, sizes: dict):
+    """An attr with its symbolic sizes as this call's ints."""
+    if isinstance(value, (tuple, list)):
+        return type(value)(_sized(v, sizes) for v in value)
+    return value.evaluate(sizes) if type(value) is Sym else value
 
 
 def _view_chains(capture) -> dict:
     """``{output leaf: (base, [(view op, attrs), ...])}`` for each output the user gets that
     is a view (``return x[0]``, ``x.t()``) of a tensor bound to the graph: an input (base
     ``("input", k)``) or one the call writes in place (``("write", j)``, its writeback),
-    made by view ops of plain attrs. The call applies them to that very tensor again, so
-    the output shares its memory as eager's does (a write through either shows in the
-    other) instead of being a copy. (An output a symbolic size shapes stays a copy.)"""
+    made by view ops of plain attrs (symbolic sizes in them taken at the call's sizes). The
+    call applies them to that very tensor again, so the output shares its memory as eager's
+    does (a write through either shows in the other) instead of being a copy."""
     graph = capture.graph
     made = {v: n for n in graph.nodes for v in n.outputs}
     values = [p for p, kind in enumerate(capture.out_leaves) if kind == "value"]
