@@ -168,6 +168,28 @@ def test_the_default_dtype_is_guarded(grad):
     assert "default dtype float64" in c.explain()
 
 
+def test_set_grad_enabled_called_as_a_function_inside_runs_at_every_call():
+    """A compiled function that leaves grad mode changed (``torch.set_grad_enabled(False)``
+    as a plain call) runs its Python at every call, so each call leaves it as eager's does;
+    one graph would have set it at its first call only."""
+    lin = dg.nn.Linear(3, 2)
+
+    def infer(x):
+        dg.set_grad_enabled(False)
+        return lin(x)
+
+    c = dg.compile(infer)
+    try:
+        for fn in (infer, c, c, c):
+            dg.set_grad_enabled(True)
+            y = fn(dg.ones(2, 3))
+            assert not y.requires_grad and not dg.is_grad_enabled()
+            np.testing.assert_allclose(y.numpy(), infer(dg.ones(2, 3)).numpy(), rtol=1e-6)
+    finally:
+        dg.set_grad_enabled(True)
+    assert "it sets grad mode" in c.explain()
+
+
 def _lambda_lr(opt):
     return dg.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(s / 12)))
 

@@ -549,6 +549,19 @@ class FlagWrite(CaptureError):
                          "retraces for it), for one graph.")
 
 
+class ModeWrite(CaptureError):
+    """A trace left grad mode changed (``torch.set_grad_enabled(False)`` called as a
+    function, not as a ``with`` block): a graph would not set it at its calls, so every
+    call runs its Python."""
+
+    def __init__(self, fn):
+        code = getattr(getattr(fn, "forward", fn), "__code__", None)
+        super().__init__("grad mode left changed by set_grad_enabled() called as a function",
+                         f"{code.co_filename}:{code.co_firstlineno}" if code else _name(fn),
+                         "Use it as a with block inside the compiled function, or call it "
+                         "outside, for one graph.")
+
+
 class _StaleGuard(Exception):
     """The cached entry no longer fits (``frozen``: the Frozen guard that failed, if any)."""
 
@@ -1368,12 +1381,13 @@ class Compiled:
             self._every_call(e.why_every_call, e.location, e.fix)
             self._split_result = self._split(args, kwargs)
             return None, sig
-        except (PythonPrint, FlagWrite) as e:
+        except (PythonPrint, FlagWrite, ModeWrite) as e:
             self._split = None
             if not split:
                 return self._graph_break(e), sig
             once = isinstance(e, FlagWrite) and not self._flag_writes
             self._every_call("it prints" if isinstance(e, PythonPrint) else
+                             "it sets grad mode" if isinstance(e, ModeWrite) else
                              "it sets requires_grad of a parameter, state or an argument",
                              e.location, e.fix, once)
             self._split_result = self._split(args, kwargs)
@@ -1474,6 +1488,7 @@ class Compiled:
         Python at every call, does); ``held_dims``: bind the tensors of the places with
         marked dims (autodims.PlaceDims) with those dims symbolic."""
         had_grad = {id(p): p.grad is not None for p in self._known_parameters()}
+        grad_was = grad_mode.enabled
         leaves, _ = flatten((args, kwargs))
         roots = self._state_roots(leaves)
         filled = {**roots, **_filled_arguments(args, kwargs)}   # (where kept state can be)
@@ -1530,6 +1545,9 @@ class Compiled:
                     raise PythonPrint(printed[0][0])   # (one graph would print once)
                 if as_inputs and any(t.requires_grad != was for t, was in flags):
                     raise FlagWrite(self.fn)   # (one graph would not set it at its calls)
+                if as_inputs and grad_mode.enabled != grad_was:   # (its Python: every call)
+                    grad_mode.enabled = grad_was
+                    raise ModeWrite(self.fn)
                 hyper_writes = _hyper_writes(swapped, tracer)
                 if symbolic:
                     number_writes = self._number_writes(tracer, numbers, roots, result)
