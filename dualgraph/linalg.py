@@ -1,8 +1,9 @@
 """``dg.linalg``: ``torch.linalg``'s norms, decompositions and solvers.
 
 The decompositions and solvers are registry ops (dualgraph/ops/decompositions.py: NumPy's
-LAPACK forward, torch's gradients; dualgraph/ops/lu.py: the LU factorisation); ``det``, ``pinv``, ``lstsq``, ``matrix_rank``,
-``solve_triangular`` and the matrix norms other than Frobenius are compositions of them.
+LAPACK forward, torch's gradients; dualgraph/ops/lu.py: the LU factorisation); ``det``,
+``pinv``, ``lstsq``, ``matrix_rank``, ``solve_triangular`` and the matrix norms other than
+Frobenius are compositions of them.
 
 >>> import dualgraph as dg
 >>> dg.linalg.vector_norm(dg.tensor([3.0, 4.0])).item()

@@ -536,16 +536,20 @@ def _forget_state(made: list) -> None:
                 del state[p][key]
 
 
+def _site(fn) -> str:
+    """``file:line`` where the function (a module's forward) starts, or its name."""
+    code = getattr(getattr(fn, "forward", fn), "__code__", None)
+    return f"{code.co_filename}:{code.co_firstlineno}" if code else _name(fn)
+
+
 class FlagWrite(CaptureError):
     """A trace set ``requires_grad`` of a parameter, of state or of an argument (``p.
     requires_grad = False``, ``x.requires_grad_()`` in the step): a graph would not set it
     at its calls, so that call runs its Python; a second such trace, every call."""
 
     def __init__(self, fn):
-        code = getattr(getattr(fn, "forward", fn), "__code__", None)
         super().__init__("requires_grad set on a parameter, state or argument while tracing",
-                         f"{code.co_filename}:{code.co_firstlineno}" if code else _name(fn),
-                         "Set it outside the compiled function, between calls (compile "
+                         _site(fn), "Set it outside the compiled function, between calls (compile "
                          "retraces for it), for one graph.")
 
 
@@ -555,11 +559,9 @@ class ModeWrite(CaptureError):
     call runs its Python."""
 
     def __init__(self, fn):
-        code = getattr(getattr(fn, "forward", fn), "__code__", None)
         super().__init__("grad mode left changed by set_grad_enabled() called as a function",
-                         f"{code.co_filename}:{code.co_firstlineno}" if code else _name(fn),
-                         "Use it as a with block inside the compiled function, or call it "
-                         "outside, for one graph.")
+                         _site(fn), "Use it as a with block inside the compiled function, "
+                         "or call it outside, for one graph.")
 
 
 class _StaleGuard(Exception):
