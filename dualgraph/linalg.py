@@ -1,8 +1,9 @@
 """``dg.linalg``: ``torch.linalg``'s norms, decompositions and solvers.
 
 The decompositions and solvers are registry ops (dualgraph/ops/decompositions.py: NumPy's
-LAPACK forward, torch's gradients); ``det``, ``pinv``, ``lstsq``, ``matrix_rank``,
-``solve_triangular`` and the matrix norms other than Frobenius are compositions of them.
+LAPACK forward, torch's gradients; dualgraph/ops/lu.py: the LU factorisation); ``det``,
+``pinv``, ``lstsq``, ``matrix_rank``, ``solve_triangular`` and the matrix norms other than
+Frobenius are compositions of them.
 
 >>> import dualgraph as dg
 >>> dg.linalg.vector_norm(dg.tensor([3.0, 4.0])).item()
@@ -21,12 +22,14 @@ from .ops.compose import matrix_power  # noqa: F401
 from .ops.decompositions import (cholesky, det, eigh, eigvalsh, inv, matrix_exp,  # noqa: F401
                                  matrix_rank, pinv, qr, slogdet, solve, solve_triangular,
                                  svd, svdvals)
+from .ops.lu import lu, lu_factor, lu_solve, singular_info  # noqa: F401
 from .tensor import Tensor
 
 __all__ = ["vector_norm", "matrix_norm", "norm", "inv", "inv_ex", "solve", "det", "slogdet",
            "cholesky", "cholesky_ex", "qr", "eigh", "eigvalsh", "svd", "svdvals", "lstsq",
            "pinv", "matrix_exp", "matrix_rank", "solve_triangular", "multi_dot", "cross",
-           "vecdot", "matmul", "diagonal", "matrix_power"]
+           "vecdot", "matmul", "diagonal", "matrix_power", "lu", "lu_factor", "lu_factor_ex",
+           "lu_solve"]
 
 
 def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
@@ -90,6 +93,19 @@ def cholesky_ex(A, *, upper=False, check_errors=False):
     """``(L, info)``: as ``cholesky`` (a matrix that is not positive-definite raises)."""
     out = cholesky(A, upper=upper)
     return _CholeskyEx(out, red.sum(out, (-2, -1)).long() * 0)
+
+
+class _LUFactorEx(NamedTuple):
+    LU: Tensor
+    pivots: Tensor
+    info: Tensor
+
+
+def lu_factor_ex(A, *, pivot=True, check_errors=False):
+    """``(LU, pivots, info)``: as ``lu_factor``, a singular matrix factored (a zero on
+    ``U``'s diagonal, at ``info``, 1-based, as LAPACK's) unless ``check_errors``."""
+    LU, pivots = lu_factor(A, pivot=pivot, check_errors=check_errors)
+    return _LUFactorEx(LU, pivots, singular_info(LU))
 
 
 class _Lstsq(NamedTuple):

@@ -397,6 +397,72 @@ def test_gradcheck_catches_a_wrong_vjp():
     assert dg.autograd.gradcheck(lambda t: t * t, (x,))
 
 
+def _grad_mode_trail(lib):
+    """(requires_grad of a product, is_grad_enabled) after each way of setting grad mode."""
+    x = lib.ones(2, requires_grad=True)
+    out = []
+
+    def r():
+        out.append(((x * 2).requires_grad, lib.is_grad_enabled()))
+    lib.set_grad_enabled(False); r()
+    lib.set_grad_enabled(True); r()
+    with lib.set_grad_enabled(False):
+        r()
+    r()
+    lib.set_grad_enabled(False)
+    with lib.set_grad_enabled(True):
+        r()
+    r()
+    with lib.enable_grad():
+        r()
+    r()
+    lib.set_grad_enabled(True)
+
+    @lib.set_grad_enabled(False)
+    def decorated():
+        r()
+    r(); decorated(); r()
+    with lib.no_grad():
+        lib.set_grad_enabled(True); r()
+    r()
+    lib.set_grad_enabled(True)
+    cm = lib.set_grad_enabled(False); r()
+    for _ in range(2):
+        with cm:
+            r()
+        r()
+    return out
+
+
+def test_set_grad_enabled_called_as_a_function_sets_the_mode_as_torch():
+    """``torch.set_grad_enabled(False)`` as a plain call (an inference script's first
+    line) turns recording off at once; eagerly dualgraph ignored it (outputs required grad,
+    ``.numpy()`` on them raised). With blocks, decorators and re-entry as torch's."""
+    import torch
+    try:
+        assert _grad_mode_trail(dg) == _grad_mode_trail(torch)
+    finally:
+        dg.set_grad_enabled(True)
+        torch.set_grad_enabled(True)
+    from dualgraph.autograd.tape import departures
+    assert dg.is_grad_enabled() and departures["enabled"] >= 0
+
+
+def test_gradcheck_pairs_each_cotangent_with_its_output():
+    """An output without grad before the differentiable ones (linalg.lu's P, a mask) takes
+    no cotangent: the next output's is not given to it. The check of a right rule passes,
+    of a wrong one fails, as torch.autograd.gradcheck's."""
+    x = dg.tensor([[0.3, -0.7], [1.1, 0.4]], dtype=dg.float64, requires_grad=True)
+    assert dg.autograd.gradcheck(lambda t: ((t > 0).double(), t * t, t.exp()), (x,))
+    from dualgraph.ops.opdef import OpDef
+    from dualgraph.dispatch import apply
+    from dualgraph.ops import elementwise
+    wrong = OpDef("wrong_square", lambda x: x * x, elementwise.NEG.infer,
+                  vjp=lambda g, out, x: g * x)
+    with pytest.raises(dg.autograd.GradcheckError, match="finite differences"):
+        dg.autograd.gradcheck(lambda t: ((t > 0).double(), apply(wrong, t)), (x,))
+
+
 def test_promotion_matches_torch():
     cases = [
         (np.ones(3, np.int32), 1.5), (np.ones(3, np.int32), np.float64(2.0)),

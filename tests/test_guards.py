@@ -143,6 +143,53 @@ def test_fast_path_checks_python_values():
     assert bias == [1.0] and math.isfinite(scale)
 
 
+@pytest.mark.parametrize("grad", [True, False])   # (False: the inlined fast path's guards)
+def test_the_default_dtype_is_guarded(grad):
+    """Code that makes tensors (``dg.zeros(n)``, ``arange`` of floats) or mixes int tensors
+    with Python floats traces to the default dtype: a call after ``dg.set_default_dtype``
+    changed it (scientific code switches to float64 and back) retraces, as eager follows
+    it, instead of running the graph of the other dtype."""
+    def f(x, k):
+        return x + dg.zeros(3) + k * 0.5 + dg.arange(0, 1.5, 0.5)
+
+    c = dg.compile(f)
+    x, k = dg.ones(3, dtype=dg.float32), dg.arange(3)
+    try:
+        for default in (dg.float32, dg.float64, dg.float32, dg.float64):
+            dg.set_default_dtype(default)
+            with dg.set_grad_enabled(grad):
+                for _ in range(2):
+                    want, got = f(x, k), c(x, k)
+                    assert got.dtype == want.dtype == default
+                    np.testing.assert_array_equal(got.numpy(), want.numpy())
+    finally:
+        dg.set_default_dtype(dg.float32)
+    assert "the default dtype changed from float32 to float64" in c.explain()
+    assert "default dtype float64" in c.explain()
+
+
+def test_set_grad_enabled_called_as_a_function_inside_runs_at_every_call():
+    """A compiled function that leaves grad mode changed (``torch.set_grad_enabled(False)``
+    as a plain call) runs its Python at every call, so each call leaves it as eager's does;
+    one graph would have set it at its first call only."""
+    lin = dg.nn.Linear(3, 2)
+
+    def infer(x):
+        dg.set_grad_enabled(False)
+        return lin(x)
+
+    c = dg.compile(infer)
+    try:
+        for fn in (infer, c, c, c):
+            dg.set_grad_enabled(True)
+            y = fn(dg.ones(2, 3))
+            assert not y.requires_grad and not dg.is_grad_enabled()
+            np.testing.assert_allclose(y.numpy(), infer(dg.ones(2, 3)).numpy(), rtol=1e-6)
+    finally:
+        dg.set_grad_enabled(True)
+    assert "it sets grad mode" in c.explain()
+
+
 def _lambda_lr(opt):
     return dg.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(s / 12)))
 

@@ -369,3 +369,70 @@ def test_a_traced_in_place_transpose_keeps_its_strides_as_eagerly():
         for fn in (lambda x, w: allowed(dg, x, w), dg.compile(lambda x, w: allowed(dg, x, w))):
             got = fn(dg.tensor(x0), dg.tensor(w0, requires_grad=grad))
             np.testing.assert_array_equal(got.detach().numpy(), want.detach().numpy())
+
+
+@pytest.mark.parametrize("make", [
+    lambda x: x[0], lambda x: x.t(), lambda x: (x[1:].unsqueeze(0).squeeze(0), x.sum()),
+    lambda x: x.diagonal(), lambda x: x.chunk(3, 1)[1], lambda x: x.unbind(0),
+])
+def test_a_compiled_output_that_is_a_view_of_an_input_shares_its_memory(make):
+    """``return x[0]`` from a compiled function gives a view of ``x`` itself, as eager (and
+    torch.compile) give: a write through the output shows in ``x`` and one to ``x`` in the
+    output. Before, the call returned a copy, and such a write was lost silently."""
+    f = dg.compile(make)
+    for _ in range(2):
+        x, want_x = dg.ones(3, 3), dg.ones(3, 3)
+        got, want = _outputs(f(x)), _outputs(make(want_x))
+        for g, w in zip(got, want):
+            g.add_(1)
+            w.add_(1)
+        x.mul_(3)
+        want_x.mul_(3)
+        np.testing.assert_array_equal(x.numpy(), want_x.numpy())
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g.numpy(), w.numpy())
+
+
+def test_a_compiled_view_of_symbolic_sizes_shares_its_input_at_each_size():
+    """At batch sizes the graph takes as a symbolic dim, the view is made at the call's
+    sizes: ``x.reshape(-1)[1:]`` is of ``x`` itself at every batch size."""
+    f = dg.compile(lambda x: x.reshape(-1)[1:])
+    for n in (2, 3, 4, 5):
+        x = dg.zeros(n, 3)
+        y = f(x)
+        y.add_(1)
+        assert y.shape == (3 * n - 1,) and x.sum().item() == 3 * n - 1
+    assert "with that dim symbolic" in f.explain() and len(f.cache) == 2
+
+
+def test_a_compiled_view_of_a_written_input_or_parameter_is_theirs_with_its_gradient():
+    """The view of a tensor the call wrote in place (``x.mul_(2); return x[0]``) is of
+    ``x`` after the write; a parameter's view (``self.w.t()``) shares the parameter and
+    carries its gradient back, as eagerly."""
+    def scale_then_row(x):
+        x.mul_(2)
+        return x[0]
+
+    f = dg.compile(scale_then_row)
+    x = dg.ones(2, 3)
+    for _ in range(2):
+        f(x).add_(1)
+    np.testing.assert_array_equal(x.numpy(), [[7.0] * 3, [4.0] * 3])
+
+    class Tied(dg.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = dg.nn.Parameter(dg.arange(6.0).reshape(2, 3))
+
+        def forward(self, x):
+            return self.w.t(), x @ self.w.t()
+
+    model = Tied()
+    compiled = dg.compile(model)
+    for _ in range(2):
+        model.w.grad = None
+        wt, y = compiled(dg.ones(4, 3))
+        assert np.shares_memory(wt.detach().numpy(), model.w.detach().numpy())
+        (wt * dg.arange(6.0).reshape(3, 2)).sum().add(y.sum()).backward()
+        want = dg.arange(6.0).reshape(3, 2).t() + 4.0
+        np.testing.assert_array_equal(model.w.grad.numpy(), want.numpy())

@@ -182,11 +182,26 @@ ROUND_15 = ["mdn_mixture", "reinforce_dirichlet", "listwise_rank", "alexnet_lrn"
 # sorter, Adagrad))
 ROUND_16 = ["t5_relpos", "gqa_sliding", "efficientnet_ckpt", "stylegan_r1", "unet_odd_pad",
             "per_gae_windows", "mx_robust", "tabular_bins"]
+# (and the seventeenth round's: a differentiable Kalman filter (tril_indices factors,
+# block_diag/kron dynamics, linalg.solve/cholesky_solve gains, MultivariateNormal(scale_tril)
+# and logdet/inv likelihoods, an RTS smoother over reversed(range)), Poincare embeddings (a
+# custom distance Function, atanh Mobius distances, Riemannian SGD with renorm into .data),
+# the Lovasz-softmax loss (sort, a jaccard diff written onto its own shifted slice, dot,
+# ReplicationPad2d, SELU, ChannelShuffle, LinearLR then ConstantLR), SwAV (prototypes
+# normalised through .data, Sinkhorn in place under no_grad, a queue shifted in place,
+# gradients dropped by p.grad = None), a normflows-style Glow (torch.lu_unpack(*Q.lu()),
+# lu_factor log-determinants and lu_solve inverses), SupCon through a DataLoader whose last
+# batch is shorter, ArcFace and AdaCos heads (a Python-float scale rebound to a tensor in
+# forward), SVGD run under float32, float64 and float32 default dtypes with one compiled
+# step, and QR/hashing embeddings (int64 hashes that wrap, floor/trunc division, remainder
+# and fmod of negatives, index_reduce_/scatter_reduce_ with include_self=False))
+ROUND_17 = ["kalman_filter", "poincare_embed", "lovasz_seg", "swav_sinkhorn", "normflow_lu",
+            "supcon_loader", "arcface_adacos", "svgd_dtypes", "qr_hash_embed"]
 FEWER_STEPS = dict.fromkeys(["vit", "unet", "actor_critic", "siamese", "super_resolution",
                              "time_sequence", "gcn"] + NEW_PROGRAMS + ROUND_2 + ROUND_3, 6)
 FEWER_STEPS.update(dict.fromkeys(ROUND_4 + ROUND_5 + ROUND_6 + ROUND_7 + ROUND_8 + ROUND_9
                                  + ROUND_10 + ROUND_11 + ROUND_12 + ROUND_13 + ROUND_14
-                                 + ROUND_15 + ROUND_16 + ["bf16_autocast"],
+                                 + ROUND_15 + ROUND_16 + ROUND_17 + ["bf16_autocast"],
                                  4))
 
 
@@ -209,7 +224,7 @@ PROGRAMS = ["gpt", "mnist_cnn", "word_lm", "vae", "dcgan", "resnet_cifar", "seq2
             "vit", "unet", "actor_critic", "siamese", "super_resolution", "time_sequence",
             "gcn", "spatial_transformer", "sentiment_packed"] + NEW_PROGRAMS + ROUND_2 + ROUND_3 \
     + ROUND_4 + ROUND_5 + ROUND_6 + ROUND_7 + ROUND_8 + ROUND_9 + ROUND_10 + ROUND_11 + ROUND_12 \
-    + ROUND_13 + ROUND_14 + ROUND_15 + ROUND_16
+    + ROUND_13 + ROUND_14 + ROUND_15 + ROUND_16 + ROUND_17
 # graphs a program may need beyond the three below: resnet_cifar's second optimiser has a
 # per-epoch schedule, whose one change retraces (a second would make that lr an input)
 # word_lm's transformer makes its causal mask anew when the batch length changes (the last
@@ -269,7 +284,8 @@ PROGRAMS = ["gpt", "mnist_cnn", "word_lm", "vae", "dcgan", "resnet_cifar", "seq2
 # one token longer per call (torch.eye of a symbolic size: a graph per length);
 # tabular_bins' tag bags have another total length at each batch (embedding_bag's offsets
 # compare symbolic sizes: static, a graph per length)
-EXTRA_GRAPHS = {"t5_relpos": 1, "gqa_sliding": 2, "tabular_bins": 1,
+# supcon_loader's loader gives a shorter last batch (a graph at its size, then symbolic)
+EXTRA_GRAPHS = {"supcon_loader": 1, "t5_relpos": 1, "gqa_sliding": 2, "tabular_bins": 1,
                 "hparam_search": 1, "grad_hooks_unused": 1,
                 "box_coder_ap": 1, "caption_decoder": 1,
                 "kv_cache_hooks": 5, "streaming_iterable": 1,
@@ -297,7 +313,9 @@ EXTRA_GRAPHS = {"t5_relpos": 1, "gqa_sliding": 2, "tabular_bins": 1,
 # TorchDynamo breaks there too)
 # dino_multicrop clips each parameter's gradient ``if clip_coef < 1`` (DINO's
 # clip_gradients: a tensor's truth value, as TorchDynamo breaks there too)
-BREAKS = {"dino_multicrop": 1, "box_coder_ap": 2, "guided_backprop": 1, "optimizer_in_backward": 1,
+# lovasz_seg's loss (Berman et al.'s) skips absent classes by ``if fg.sum() == 0`` and
+# drops ignored pixels by ``nonzero`` and a boolean mask (as TorchDynamo breaks there too)
+BREAKS = {"lovasz_seg": 3, "dino_multicrop": 1, "box_coder_ap": 2, "guided_backprop": 1, "optimizer_in_backward": 1,
           "gain_imputer": 1, "pillars": 2, "center_loss": 1, "unet": 1, "actor_critic": 1, "metric_learning": 1, "chatbot_attention": 12}
 # breaks in a program's model, so in both modes: moe's token dispatch ``torch.where(selected
 # == e)`` and its ``bincount`` have data-dependent sizes (TorchDynamo breaks there too);
@@ -312,7 +330,12 @@ BREAKS = {"dino_multicrop": 1, "box_coder_ap": 2, "guided_backprop": 1, "optimiz
 # by ``sizes.tolist()`` (sizes that depend on the data); dino_multicrop's multi-crop
 # wrapper groups crops by ``unique_consecutive`` and slices by each group's end, a tensor
 # (data-dependent sizes and a value read: TorchDynamo breaks at both too)
-MODEL_BREAKS = {"set_segments": 2, "dino_multicrop": 2, "rotate_kg": 2, "rnn_tagger": 2, "moe": 2, "moco": 1, "glow": 1}
+# swav_sinkhorn's multi-crop forward groups crops by ``unique_consecutive`` and slices the
+# list by its tensors; arcface_adacos's AdaCos takes the median of ``theta[one_hot == 1]``;
+# qr_hash_embed counts users by ``bincount`` (data-dependent sizes and values read, as
+# TorchDynamo breaks there too)
+MODEL_BREAKS = {"swav_sinkhorn": 2, "arcface_adacos": 1, "qr_hash_embed": 1,
+                "set_segments": 2, "dino_multicrop": 2, "rotate_kg": 2, "rnn_tagger": 2, "moe": 2, "moco": 1, "glow": 1}
 # breaks in the compiled model only: gradcam's forward hook registers a tensor hook that
 # keeps each gradient, which a compiled forward (its backward run outside the graph) can't
 # do at every call (TorchDynamo breaks at such a hook too); its compiled step's model is

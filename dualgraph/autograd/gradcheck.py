@@ -57,15 +57,14 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-5, rtol=1e-3, seed=0, raise_exceptio
     outs = outs if isinstance(outs, (tuple, list)) else (outs,)
     rng = np.random.default_rng(seed)
     cotangents = [rng.standard_normal(o.shape) if o.requires_grad else None for o in outs]
-    diff_outs = [o for o, v in zip(outs, cotangents) if v is not None]
+    # (each cotangent paired with its own output: an output without grad may come first)
+    diff = [(o, Tensor._make(v.astype(o._data.dtype)))
+            for o, v in zip(outs, cotangents) if v is not None]
     wanted = [i for i in inputs if isinstance(i, Tensor) and i.requires_grad]
-    if not diff_outs or not wanted:
+    if not diff or not wanted:
         raise GradcheckError("gradcheck needs an input that requires grad and a float output")
-    analytic = autograd_grad(
-        diff_outs, wanted,
-        [Tensor._make(v.astype(o._data.dtype)) for o, v in zip(diff_outs, cotangents)
-         if v is not None],
-        allow_unused=True)
+    analytic = autograd_grad([o for o, _ in diff], wanted, [v for _, v in diff],
+                             allow_unused=True)
     numeric = [g for g in numerical_jacobian_vjp(fn, inputs, cotangents, eps) if g is not None]
     for k, (a, n) in enumerate(zip(analytic, numeric)):
         a = np.zeros_like(n) if a is None else a._data.astype(np.float64)

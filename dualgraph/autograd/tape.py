@@ -69,12 +69,38 @@ class _SetFlag(contextlib.ContextDecorator):
 
 
 class set_grad_enabled(_SetFlag):
-    """Context manager and decorator that turns recording on or off, like torch's."""
+    """Turns recording on or off, like torch's: at once, as a plain call
+    (``torch.set_grad_enabled(False)`` at the top of an inference script), and then a
+    ``with`` block or a decorated function restores the mode from before the call. (Its
+    subclasses ``no_grad`` and ``inference_mode`` set nothing until entered.)"""
 
     flag = "enabled"
 
     def __init__(self, mode: bool):
         super().__init__(bool(mode))
+        if type(self) is set_grad_enabled:
+            self.before = grad_mode.enabled
+            grad_mode.enabled = self.value
+            if self.departs:   # (a plain call's mode lasts: the count keeps ops reading it)
+                with _departures_lock:
+                    departures["enabled"] += 1
+
+    def _take_back_the_call(self):
+        """A ``with`` block or a decoration follows the call: it owns the mode now."""
+        before = self.__dict__.pop("before", None)
+        if before is not None:
+            grad_mode.enabled = before
+            if self.departs:
+                with _departures_lock:
+                    departures["enabled"] -= 1
+
+    def __enter__(self):
+        self._take_back_the_call()
+        super().__enter__()
+
+    def __call__(self, fn):
+        self._take_back_the_call()
+        return super().__call__(fn)
 
 
 class no_grad(set_grad_enabled):

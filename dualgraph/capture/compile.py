@@ -92,6 +92,7 @@ class Entry:
                                      donate=_writeback_inputs(capture), backend=backend)
         self.times["codegen"] = self.executable.times["codegen_s"]
         self.aliased = _outputs_aliasing_inputs(self.graph)
+        self.view_chains = _view_chains(capture)
         self.dims = DimFacts.of([capture.graph] + ([backward.graph] if backward else []),
                                 capture.size_facts)
         self._bind(capture)
@@ -401,6 +402,21 @@ class Entry:
             group[key] = float(t._data)
         for slot, t in cap.number_writes:   # (a Python number of the slot's type again)
             slot.set(t._data.item())
+        sizes = None
+        for leaf, ((kind, k), chain) in self.view_chains.items():
+            if sizes is None and any(type(d) is Sym for v in self.capture.graph.inputs
+                                     for d in v.shape):
+                sizes = symbol_sizes(self.capture.graph.inputs, self.inputs(tensor_args))
+            if kind == "input":
+                view = self._bound_tensor(k, tensor_args)
+            else:
+                view = tensor_args[self.arg_writes[k]] if k in self.arg_writes else \
+                    cap.writebacks[k][1]
+            if view is not None:
+                for op, attrs in chain:
+                    view = dispatch.apply(op, view, **{a: _sized(v, sizes or {})
+                                                       for a, v in attrs.items()})
+                leaves[leaf] = view
         return unflatten(cap.out_spec, leaves)
 
 
@@ -520,17 +536,32 @@ def _forget_state(made: list) -> None:
                 del state[p][key]
 
 
+def _site(fn) -> str:
+    """``file:line`` where the function (a module's forward) starts, or its name."""
+    code = getattr(getattr(fn, "forward", fn), "__code__", None)
+    return f"{code.co_filename}:{code.co_firstlineno}" if code else _name(fn)
+
+
 class FlagWrite(CaptureError):
     """A trace set ``requires_grad`` of a parameter, of state or of an argument (``p.
     requires_grad = False``, ``x.requires_grad_()`` in the step): a graph would not set it
     at its calls, so that call runs its Python; a second such trace, every call."""
 
     def __init__(self, fn):
-        code = getattr(getattr(fn, "forward", fn), "__code__", None)
         super().__init__("requires_grad set on a parameter, state or argument while tracing",
-                         f"{code.co_filename}:{code.co_firstlineno}" if code else _name(fn),
-                         "Set it outside the compiled function, between calls (compile "
+                         _site(fn), "Set it outside the compiled function, between calls (compile "
                          "retraces for it), for one graph.")
+
+
+class ModeWrite(CaptureError):
+    """A trace left grad mode changed (``torch.set_grad_enabled(False)`` called as a
+    function, not as a ``with`` block): a graph would not set it at its calls, so every
+    call runs its Python."""
+
+    def __init__(self, fn):
+        super().__init__("grad mode left changed by set_grad_enabled() called as a function",
+                         _site(fn), "Use it as a with block inside the compiled function, "
+                         "or call it outside, for one graph.")
 
 
 class _StaleGuard(Exception):
@@ -691,6 +722,49 @@ def _passthrough_outputs(capture) -> list:
     values = [i for i, kind in enumerate(capture.out_leaves) if kind == "value"]
     return [(i, j, bound.get(graph.outputs[j]) or returned[i]) for j, i in enumerate(values)
             if graph.outputs[j] in bound or i in returned]
+
+
+def _plain(value) -> bool:
+    """Whether an attr is a plain Python value or a symbolic size, to apply again."""
+    if isinstance(value, (tuple, list)):
+        return all(_plain(v) for v in value)
+    return value is None or type(value) in (int, float, bool, str, Sym)
+
+
+def _sized(value, sizes: dict):
+    """An attr with its symbolic sizes as this call's ints."""
+    if isinstance(value, (tuple, list)):
+        return type(value)(_sized(v, sizes) for v in value)
+    return value.evaluate(sizes) if type(value) is Sym else value
+
+
+def _view_chains(capture) -> dict:
+    """``{output leaf: (base, [(view op, attrs), ...])}`` for each output the user gets that
+    is a view (``return x[0]``, ``x.t()``) of a tensor bound to the graph: an input (base
+    ``("input", k)``) or one the call writes in place (``("write", j)``, its writeback),
+    made by view ops of plain attrs (symbolic sizes in them taken at the call's sizes). The
+    call applies them to that very tensor again, so the output shares its memory as eager's
+    does (a write through either shows in the other) instead of being a copy."""
+    graph = capture.graph
+    made = {v: n for n in graph.nodes for v in n.outputs}
+    values = [p for p, kind in enumerate(capture.out_leaves) if kind == "value"]
+    bases = {v: ("input", k) for k, v in enumerate(graph.inputs)}
+    bases.update({graph.outputs[len(values) + j]: ("write", j)
+                  for j, (kind, _) in enumerate(capture.writebacks) if kind == "data"})
+    chains = {}
+    for i, leaf in enumerate(values):
+        v, chain = graph.outputs[i], []
+        while v not in bases:
+            node = made.get(v)
+            if (node is None or not node.op.view or len(node.inputs) != 1
+                    or not _plain(list(node.attrs.values()))):
+                break
+            chain.append((node.op, node.attrs))
+            v = node.inputs[0]
+        else:
+            if chain:
+                chains[leaf] = (bases[v], chain[::-1])
+    return chains
 
 
 def _outputs_aliasing_inputs(graph) -> list:
@@ -1309,12 +1383,13 @@ class Compiled:
             self._every_call(e.why_every_call, e.location, e.fix)
             self._split_result = self._split(args, kwargs)
             return None, sig
-        except (PythonPrint, FlagWrite) as e:
+        except (PythonPrint, FlagWrite, ModeWrite) as e:
             self._split = None
             if not split:
                 return self._graph_break(e), sig
             once = isinstance(e, FlagWrite) and not self._flag_writes
             self._every_call("it prints" if isinstance(e, PythonPrint) else
+                             "it sets grad mode" if isinstance(e, ModeWrite) else
                              "it sets requires_grad of a parameter, state or an argument",
                              e.location, e.fix, once)
             self._split_result = self._split(args, kwargs)
@@ -1415,6 +1490,7 @@ class Compiled:
         Python at every call, does); ``held_dims``: bind the tensors of the places with
         marked dims (autodims.PlaceDims) with those dims symbolic."""
         had_grad = {id(p): p.grad is not None for p in self._known_parameters()}
+        grad_was = grad_mode.enabled
         leaves, _ = flatten((args, kwargs))
         roots = self._state_roots(leaves)
         filled = {**roots, **_filled_arguments(args, kwargs)}   # (where kept state can be)
@@ -1471,6 +1547,9 @@ class Compiled:
                     raise PythonPrint(printed[0][0])   # (one graph would print once)
                 if as_inputs and any(t.requires_grad != was for t, was in flags):
                     raise FlagWrite(self.fn)   # (one graph would not set it at its calls)
+                if as_inputs and grad_mode.enabled != grad_was:   # (its Python: every call)
+                    grad_mode.enabled = grad_was
+                    raise ModeWrite(self.fn)
                 hyper_writes = _hyper_writes(swapped, tracer)
                 if symbolic:
                     number_writes = self._number_writes(tracer, numbers, roots, result)

@@ -1,8 +1,9 @@
 """Guards: what a cached graph assumed about its inputs, and why a call needs a new one.
 
 A call's *signature* is a tuple of hashable facts, one per argument leaf (tensor shape,
-dtype and requires_grad; Python scalar values), plus the modes (grad mode, and autocast's
-dtype: a graph traced with autocast's casts never serves a call without) and, for modules, the
+dtype and requires_grad; Python scalar values), plus the modes (grad mode, autocast's
+dtype: a graph traced with autocast's casts never serves a call without, and the default
+float dtype: ``dg.zeros(3)`` or ``int_tensor * 0.5`` trace to its dtype) and, for modules, the
 training flags, parameter identities and the identities of their tensor attributes and
 buffers. Equal signatures reuse a graph. When a new signature misses the cache,
 :func:`explain_miss` compares it with the nearest cached one and says which guard failed
@@ -10,6 +11,7 @@ and what to do about it.
 """
 from __future__ import annotations
 
+from .. import dtypes
 from ..autograd.tape import grad_mode
 from ..dispatch import autocast
 from ..tensor import Tensor
@@ -190,14 +192,16 @@ def _aliases(leaves, facts: tuple) -> tuple:
 
 
 def mode_facts() -> tuple:
-    """The modes a trace depends on: grad mode, and the dtype autocast casts to (None when
-    it is off)."""
-    return (grad_mode.enabled, None if autocast.dtype is None else autocast.dtype.name)
+    """The modes a trace depends on: grad mode, the dtype autocast casts to (None when it
+    is off), and the default float dtype (``dg.set_default_dtype``'s) that creation ops and
+    Python floats take."""
+    return (grad_mode.enabled, None if autocast.dtype is None else autocast.dtype.name,
+            dtypes.default_float().name)
 
 
 def describe_guards(sig, leaf_names: list, slots=()) -> list[str]:
     """The guards of a signature, as lines a user can read."""
-    spec, facts, (grad_enabled, low), mod, opts, values = sig
+    spec, facts, (grad_enabled, low, default_float), mod, opts, values = sig
     lines = []
     for name, leaf in zip(leaf_names, facts):
         if leaf[0] == "alias":
@@ -216,6 +220,8 @@ def describe_guards(sig, leaf_names: list, slots=()) -> list[str]:
                          "attributes unchanged")
     lines.append(f"grad mode {'enabled' if grad_enabled else 'disabled'}")
     lines.append(f"autocast to {low}" if low else "autocast off")
+    if default_float != "float32":
+        lines.append(f"default dtype {default_float}")
     if mod:
         lines.append("module training flags, parameter and tensor-attribute identities and the "
                      f"{len(mod[2])} Python scalar attributes of the modules")
@@ -289,9 +295,13 @@ def explain_miss(new, old, leaf_names: list, slots=()) -> tuple[str, str]:
         return (f"{name} changed from a {b[1]} to a {a[1]}", "pass arguments of one kind")
     if new[2][0] != old[2][0]:
         return ("grad mode changed", "expected: one graph with and one without grad")
-    if new[2] != old[2]:
+    if new[2][1] != old[2][1]:
         return (f"autocast changed from {old[2][1] or 'off'} to {new[2][1] or 'off'}",
                 "expected: one graph per autocast setting (its casts are graph nodes)")
+    if new[2] != old[2]:
+        return (f"the default dtype changed from {old[2][2]} to {new[2][2]} "
+                "(dg.set_default_dtype)", "expected: one graph per default dtype (new "
+                "tensors and Python floats take it)")
     if new[3] != old[3]:
         if new[3][0] != old[3][0]:
             return ("a module's training flag changed (train()/eval())",

@@ -1,5 +1,5 @@
 """Rows for the matrix decompositions and solvers (dg.linalg): inv, solve, slogdet,
-cholesky, qr, eigh/eigvalsh, svd/svdvals, matrix_exp. Eigen- and singular vectors are
+cholesky, qr, eigh/eigvalsh, svd/svdvals, matrix_exp, the LU factorisation and its solves. Eigen- and singular vectors are
 defined up to sign: the rows check functions of them that are not (V * V, U @ Vh)."""
 import numpy as np
 
@@ -21,6 +21,13 @@ def spd(*shape):
         x = rng.standard_normal(shape)
         return (x @ np.swapaxes(x, -1, -2) + shape[-1] * np.eye(shape[-1])).astype(dtype)
     return In(shape, "custom", fn=make)
+
+
+def _lu_solve(left, adjoint):
+    def fn(m, a, b):
+        LU, pivots = m.linalg.lu_factor(a)
+        return m.linalg.lu_solve(LU, pivots, b if left else b.mT, left=left, adjoint=adjoint)
+    return fn
 
 
 def _eigh(m, a):
@@ -53,6 +60,26 @@ CASES = [
            "sign", grad=False),
     OpCase("linalg_slogdet", lambda m, a: m.linalg.det(a), [well_conditioned(2, 3, 3)], "det"),
     OpCase("linalg_slogdet", lambda m, a: a.logdet(), [spd(3, 3)], "logdet"),
+    # (In((4, 4)): pivots that interchange rows; well_conditioned: none at all)
+    OpCase("linalg_lu_factor", lambda m, a: m.linalg.lu_factor(a), [In((4, 4))], dtypes=BOTH),
+    OpCase("linalg_lu_factor", lambda m, a: m.linalg.lu(a), [In((2, 3, 3))], "plu"),
+    OpCase("linalg_lu_factor", lambda m, a: m.lu_unpack(*a.lu()), [well_conditioned(3, 3)],
+           "unpack"),
+    OpCase("linalg_lu_factor", lambda m, a: m.linalg.lu_factor_ex(a * a.tril(-1)),
+           [In((2, 3, 3))], "singular", grad=False),
+    OpCase("linalg_lu_factor", lambda m, a: m.lu(a[:, :1].expand(2, 3, 3), get_infos=True),
+           [In((2, 3, 3))], "singular-infos", grad=False),
+    OpCase("linalg_lu_factor", _lu_solve(True, False), [In((2, 3, 3)), In((2, 3, 2))], "solve"),
+    OpCase("linalg_lu_factor", _lu_solve(True, True), [In((3, 3)), In((3, 2))],
+           "solve-adjoint"),
+    OpCase("linalg_lu_factor", _lu_solve(False, False), [In((3, 3)), In((3, 2))],
+           "solve-right"),
+    OpCase("linalg_lu_factor", _lu_solve(False, True), [In((3, 3)), In((3, 2))],
+           "solve-right-adjoint"),
+    OpCase("linalg_lu_factor", lambda m, a, b: m.lu_solve(b, *m.lu(a)),
+           [In((2, 4, 4)), In((2, 4, 1))], "torch.lu_solve"),
+    OpCase("lu_pivots_to_permutation", lambda m, a: m.lu_unpack(*m.linalg.lu_factor(a))[0],
+           [In((2, 5, 5))], grad=False),
     OpCase("linalg_cholesky", lambda m, a: m.linalg.cholesky((a + a.mT) / 2), [spd(4, 4)],
            dtypes=BOTH),
     OpCase("linalg_cholesky", lambda m, a: m.linalg.cholesky((a + a.mT) / 2, upper=True),
