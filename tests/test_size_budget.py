@@ -708,10 +708,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # autograd/ +19 (gradcheck +2), capture/ +12 and the core +31 (issue 26, i-real17): set_grad_enabled as a
 # plain call sets grad mode at once as torch's (eagerly it was ignored), and a compiled
 # function that leaves grad mode changed runs its Python at every call (ModeWrite).
-CORE_BUDGET = 35_578
+# ops/ +13 and the core +12 (lead): a zero remainder keeps the dividend's sign as torch's
+# (elementwise._remainder), scatter_reduce of a 0-d tensor.
+CORE_BUDGET = 35_590
 BUDGETS = {".": 2_518, "amp": 320, "autograd": 1_146, "backends": 40, "capture": 5_407,
            "cli": 320, "codegen": 1_369, "distributed": 1_730, "graph": 1_120, "kernels": 7_516,
-           "ops": 12_311, "passes": 4_199, "export": 3_876, "nn": 5_367, "optim": 1_867,
+           "ops": 12_324, "passes": 4_199, "export": 3_876, "nn": 5_367, "optim": 1_867,
            "profiler": 440, "utils": 600, "distributions": 1_459, "func": 360}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
