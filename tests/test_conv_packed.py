@@ -89,6 +89,16 @@ def _packed(x, w, b, *residual, act="relu", bounds=(-np.inf, np.inf), residual_a
                                 out_channels=w.shape[0], groups=groups)
 
 
+def _recorded_modes(monkeypatch) -> list:
+    """The modes of the packed loop's calls from now on, appended as each runs (the last
+    argument of its ``run_kept``)."""
+    modes = []
+    run_kept = conv_packed.run_kept
+    monkeypatch.setattr(conv_packed, "run_kept",
+                        lambda *args, **kw: modes.append(args[-1]) or run_kept(*args, **kw))
+    return modes
+
+
 def test_pack_and_unpack():
     w = np.arange(37 * 5 * 3 * 2, dtype=np.float32).reshape(37, 5, 3, 2)
     packed = conv_packed.pack(w)
@@ -216,10 +226,7 @@ def test_two_pairs_an_item_give_the_bits_of_one(monkeypatch, case, act, residual
     r = np.random.default_rng(4).standard_normal(
         tuple(_torch_conv(x, w, b, **attrs).shape)).astype(np.float32)
     residual = (r,) if residual_at else ()
-    modes = []
-    run_kept = conv_packed.run_kept
-    monkeypatch.setattr(conv_packed, "run_kept",
-                        lambda *args, **kw: modes.append(args[-1]) or run_kept(*args, **kw))
+    modes = _recorded_modes(monkeypatch)
     monkeypatch.setattr(conv_packed, "wide", lambda: True)
     monkeypatch.setattr(conv_packed, "threads_for", lambda size: 1)
     got = _packed(x, w, b, *residual, act=act, residual_at=residual_at, **attrs)
@@ -239,6 +246,31 @@ def test_two_pairs_an_item_give_the_bits_of_one(monkeypatch, case, act, residual
     grid = conv_packed.WIDE_ROWS if rows else conv_packed.WIDE_PAIRS
     one = conv_packed.WIDE_ROW_PAIR if plan.row_pair else conv_packed.WIDE_PAIR
     assert modes[:3] == [grid, one, grid]
+    assert rows or case not in PAIRS[9:14]
+
+
+@pytest.mark.parametrize("case", PAIRS)
+def test_rows_on_half_width_avx512_give_the_bits_of_eight_lanes(monkeypatch, case):
+    """Where the loops are not ``wide`` but have AVX-512's 32 registers (``rows_wide``:
+    Zen 4), a conv of one group that ``Plan.rows`` takes sums three pairs on runs of a row
+    (``WIDE_ROWS``) and the others keep the eight-lane pair (``NARROW``); the same bits as
+    the eight-lane pair (NaN and inf in the input, a residual before the activation)."""
+    x, w, b, attrs = _data(case)
+    x[0, 0, 0, 0], x[-1, -1, -1, 0] = np.nan, np.inf
+    r = np.random.default_rng(5).standard_normal(
+        tuple(_torch_conv(x, w, b, **attrs).shape)).astype(np.float32)
+    modes = _recorded_modes(monkeypatch)
+    monkeypatch.setattr(conv_packed, "wide", lambda: False)
+    monkeypatch.setattr(conv_packed, "threads_for", lambda size: 1)
+    monkeypatch.setattr(conv_packed, "rows_wide", lambda: True)
+    got = _packed(x, w, b, r, act="silu", residual_at="before", **attrs)
+    monkeypatch.setattr(conv_packed, "rows_wide", lambda: False)
+    want = _packed(x, w, b, r, act="silu", residual_at="before", **attrs)
+    np.testing.assert_array_equal(got, want)
+    rows = conv_packed.plan(x.shape, w.shape, got.shape[2:], attrs["stride"],
+                            attrs["dilation"]).rows and -(-w.shape[0] // 16) >= 3
+    assert modes == [conv_packed.WIDE_ROWS if rows else conv_packed.NARROW,
+                     conv_packed.NARROW]
     assert rows or case not in PAIRS[9:14]
 
 
@@ -293,10 +325,7 @@ def test_one_pair_on_two_rows_gives_the_bits_of_twelve_across_rows(monkeypatch, 
         tuple(_torch_conv(x, w, b, **attrs).shape)).astype(np.float32)
     residual = (r,) if residual_at else ()
     kw = dict(act=act, residual_at=residual_at, **attrs)
-    modes = []
-    run_kept = conv_packed.run_kept
-    monkeypatch.setattr(conv_packed, "run_kept",
-                        lambda *args, **kw: modes.append(args[-1]) or run_kept(*args, **kw))
+    modes = _recorded_modes(monkeypatch)
     monkeypatch.setattr(conv_packed, "wide", lambda: True)
     monkeypatch.setattr(conv_packed, "threads_for", lambda size: 64)   # (items < threads)
     monkeypatch.setattr(conv_packed, "ROW_PAIR_COST", 0.0)

@@ -193,12 +193,15 @@ def test_streamed_inputs_have_the_bits_of_cached_ones(monkeypatch, shape):
 
 def test_rows_a_block():
     """A cached chunk's rows of every input channel are one block up to ``WHOLE_BYTES``
-    (384 channels on 7x7, 160 on 14x14: the chunk's 192 positions), else ``KC``; a
+    (384 channels on 7x7, 160 on 14x14, 512 on 13x13: the chunk's 192 positions at
+    most), else ``KC``; a
     streamed input keeps ``KC``, or ``FEW_KC`` for few blocks of outputs."""
     rows = conv_pointpacked.rows_a_block
     assert rows(384, 49, 48, False) == 384 and rows(160, 196, 20, False) == 160
     assert rows(1024, 196, 16, False) == conv_pointpacked.KC      # (768 kB a chunk)
-    assert rows(512, 169, 125, False) == conv_pointpacked.KC      # (338 kB)
+    assert rows(512, 169, 125, False) == 512                      # (338 kB)
+    assert rows(672, 196, 14, False) == 672                       # (504 kB)
+    assert rows(720, 196, 14, False) == conv_pointpacked.KC       # (540 kB)
     assert rows(384, 49, 48, True) == conv_pointpacked.KC
     assert rows(128, 3025, 2, True) == conv_pointpacked.FEW_KC
 

@@ -47,7 +47,9 @@ loads and seven broadcasts a tap), which drop none where ``Wo`` is a multiple of
 (``Plan.rows`` chooses by the positions each sums), and the pairs left over from the
 threes (one or two) alone on runs of two rows (:func:`_two_row_pair_sums`), where summing
 the last pair again in a three wasted a pair's or two pairs' work. Each output is the same
-chain of multiply-adds as one pair's (the same bits).
+chain of multiply-adds as one pair's (the same bits). On AVX-512 at half width (Zen 4: the
+eight-lane pair elsewhere) the three pairs on runs of a row are taken where ``Plan.rows``
+takes the shape (:func:`rows_wide`).
 
 Grouped convs (RegNet's and ResNeXt-style groups of many channels) run the same loop:
 :func:`pack` pads each group's outputs to whole pairs, so a pair lies in one group, its
@@ -664,6 +666,18 @@ def wide() -> bool:
     return isa.full_width()
 
 
+def rows_wide() -> bool:
+    """Whether three pairs an item on runs of a row (``WIDE_ROWS``: :func:`_row_pair_sums`,
+    sixteen-lane vectors) run where the loops are not :func:`wide` but have AVX-512's 32
+    registers at half width (Zen 4: each sixteen-lane multiply-add two halves), where
+    ``Plan.rows`` takes the shape. There the three pairs' 21 sums took 0.80-0.92x the
+    eight-lane pair's time (7x7 outputs of 48-512 channels, stride 1 and 2, 3x3 and 5x5;
+    docs/benchmarks.md, 2026-12-06 "fire modules"), where on larger planes the grid's two
+    pairs (``WIDE_PAIRS``) took 1.02-1.05x: a seven-position row's sums need fewer
+    address registers and loads a multiply-add than six positions across rows."""
+    return isa.vector_registers() >= 32
+
+
 def padded_width(cout: int, groups: int = 1) -> int:
     """The output channels of a group in :func:`pack`'s layout: ``Cout/G`` up to whole
     pairs, so that no pair holds two groups' channels."""
@@ -814,8 +828,9 @@ def fitted(x_shape, out_shape, stride, padding, dilation, kernel, plan_=None,
     pairs = b.size // PAIR
     workers = max(1, min(n * pairs, threads_for(n * cout * ho * wo * c // groups * kernel[0]
                                                 * kernel[1]) or cores()))
-    mode = (NARROW if not wide()
-            else WIDE_ROWS if groups == 1 and p.rows and n * (pairs // 3) >= workers
+    rows = groups == 1 and p.rows and n * (pairs // 3) >= workers
+    mode = (WIDE_ROWS if rows and (wide() or rows_wide())
+            else NARROW if not wide()
             else WIDE_PAIRS if groups == 1 and n * (pairs // 2) >= workers
             else WIDE_ROW_PAIR if p.row_pair else WIDE_PAIR)
     grid = mode >= WIDE_PAIRS

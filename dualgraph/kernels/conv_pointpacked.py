@@ -99,7 +99,7 @@ KC = 64               # input channels summed before the sums go to the output
 FEW_KC = 32           # ... of a streamed input where the output channels are at most
 FEW_BLOCKS = 4        # ... this many blocks of eight
 STREAM_BYTES = 2 << 20   # inputs larger than this are streamed (module docstring)
-WHOLE_BYTES = 256 << 10  # a cached chunk's rows up to this size are summed in one block
+WHOLE_BYTES = 512 << 10  # a cached chunk's rows up to this size are summed in one block
 # The register blocks, the column and the epilogue are functions of their own, compiled
 # once per vector width and called (LLVM may still inline them), with the loop's flags (the
 # same code, the same bits): Numba's inlining in its IR copies the callee's whole IR at each
@@ -525,16 +525,17 @@ def rows_a_block(channels: int, size: int, blocks: int, streamed: bool) -> int:
     for ``channels`` input channels on planes of ``size`` positions, ``blocks`` blocks of
     eight outputs: a streamed input's ``KC``, or ``FEW_KC`` where the blocks are at most
     ``FEW_BLOCKS`` (module docstring); a cached input's every channel where a chunk's rows
-    (``channels * min(size, CHUNK)`` floats) are at most ``WHOLE_BYTES`` (a quarter of a
-    1 MB L2), else ``KC``. In one block the sums stay in registers from the first input
+    (``channels * min(size, CHUNK)`` floats) are at most ``WHOLE_BYTES`` (half of a 1 MB
+    L2), else ``KC``. In one block the sums stay in registers from the first input
     channel to the last, where with ``KC`` each block of eight outputs took its 24 sums
     from the output and put them back ``C / KC`` times, each trip a wait on L2 (the
     chunk's output, 75 kB for 384 channels on 7x7, outgrows L1); the rows, read from L2
     for every block of outputs, come at a constant stride the hardware prefetches.
     384 -> 384 channels on 7x7 took 0.95x its time, 320 -> 1280 on 7x7 and 96 -> 576 on
-    14x14 0.95-0.97x; 1024 -> 128 on 14x14 (768 kB of rows a chunk) took 1.05x, so
-    larger chunks keep ``KC`` (docs/benchmarks.md, 2026-12-06 "1x1 convs' input channels
-    in one block")."""
+    14x14 0.95-0.97x; chunks of 256-512 kB (512 -> 1000 on 13x13: 338 kB, 512 -> 512 and
+    576 -> 96 on 14x14) 0.91-0.97x; 1024 -> 128 on 14x14 (768 kB of rows a chunk) took
+    1.05x, so larger chunks keep ``KC`` (docs/benchmarks.md, 2026-12-06 "1x1 convs' input
+    channels in one block" and "fire modules")."""
     if streamed:
         return FEW_KC if blocks <= FEW_BLOCKS else KC
     return channels if channels * min(size, CHUNK) * 4 <= WHOLE_BYTES else KC
