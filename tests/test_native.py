@@ -265,3 +265,29 @@ def test_the_inliners_scope_copies_leave_the_machine_code_as_it_was():
                            text=True, timeout=300) for inliner in ("shim", "numba's own")]
     assert [r.returncode for r in runs] == [0, 0], [r.stderr[-2000:] for r in runs]
     assert runs[0].stdout == runs[1].stdout
+
+
+@pytest.mark.parametrize("job", [True, False])
+def test_a_kept_call_follows_each_calls_arrays_and_scalars(monkeypatch, job):
+    """``threads.run_kept`` on one thread keeps its job entry's block of words between
+    calls (``threads.Kept``): each call's arrays (new objects, other values) and, where
+    they changed, its scalars (the activation, a clamp's bounds, the rows) are the ones
+    the loop reads; without a job entry (``job`` False) the plain entry runs, with the same
+    results."""
+    from dualgraph.kernels import epilogue, threads
+    if not job:
+        monkeypatch.setattr(type(epilogue.planes), "job_address", lambda self, *a: None)
+    rng = np.random.default_rng(0)
+    entry, f = [], np.float32
+    for act, lo, hi, rows in [(1, -np.inf, np.inf, 5), (1, -np.inf, np.inf, 5),
+                              (2, -1.0, 0.5, 5), (2, 0.0, 6.0, 5), (0, 0.0, 6.0, 3)]:
+        out = rng.standard_normal((5, 37)).astype(f)
+        bias = rng.standard_normal(5).astype(f)
+        want = out.copy()
+        want[:rows] += bias[:rows, None]
+        want[:rows] = (np.maximum(want[:rows], 0) if act == 1 else
+                       np.clip(want[:rows], f(lo), f(hi)) if act == 2 else want[:rows])
+        threads.run_kept(epilogue.planes, 1, entry, out, bias, np.zeros((1, 1), f), act,
+                         f(lo), f(hi), 0, rows=rows)
+        np.testing.assert_array_equal(out, want)
+    assert isinstance(entry[0], threads.Kept) and (entry[0].call is not None) == job

@@ -712,9 +712,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # (elementwise._remainder), scatter_reduce of a 0-d tensor.
 # kernels/ +3 and the core +3 (issue 26, i-fire): conv_packed.rows_wide, three pairs on
 # runs of a row (7x7 outputs) on half-width AVX-512.
-CORE_BUDGET = 35_593
+# kernels/ +22 and the core +22 (issue 26, i-regnet5): threads.Kept, a fitted loop's call
+# through its job entry with the block of words kept (ctypes converted every argument of
+# the plain entry at every call: 2.5 us a fitted node's call).
+CORE_BUDGET = 35_615
 BUDGETS = {".": 2_518, "amp": 320, "autograd": 1_146, "backends": 40, "capture": 5_407,
-           "cli": 320, "codegen": 1_369, "distributed": 1_730, "graph": 1_120, "kernels": 7_519,
+           "cli": 320, "codegen": 1_369, "distributed": 1_730, "graph": 1_120, "kernels": 7_541,
            "ops": 12_324, "passes": 4_199, "export": 3_876, "nn": 5_367, "optim": 1_867,
            "profiler": 440, "utils": 600, "distributions": 1_459, "func": 360}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")

@@ -88,7 +88,7 @@ from . import helper, isa, loop, numba_available, out_images
 from .epilogue import _ZERO, _activate, plane_tail
 from .simd import (LANES, WIDE, broadcast, broadcast_at, broadcast_at_like, broadcast_wide,
                    fma, lanes_of, load, load_like, prefetch, store)
-from .threads import run_rows, threads_for
+from .threads import run_kept, threads_for
 from .tuning import cores
 
 F = np.float32
@@ -588,12 +588,7 @@ def fitted(x_shape, cout: int, residual: bool, where=0, act=0, lo=-np.inf,
                 act, lo, hi, where, c, size, cout, kc, sums, groups, ostride, pre_act,
                 np.ascontiguousarray(scale, F), np.ascontiguousarray(shift, F), pre_lo,
                 pre_hi, pbuf, istride, streamed)
-        if workers > 1:
-            run_rows(_forward, workers, *args, threads=workers)
-        else:
-            if not entry:
-                entry.append(_forward.entry(0, 1, *args))
-            entry[0](0, 1, *args)
+        run_kept(_forward, workers, entry, *args)
         return out
     return run
 
