@@ -265,3 +265,41 @@ def test_the_inliners_scope_copies_leave_the_machine_code_as_it_was():
                            text=True, timeout=300) for inliner in ("shim", "numba's own")]
     assert [r.returncode for r in runs] == [0, 0], [r.stderr[-2000:] for r in runs]
     assert runs[0].stdout == runs[1].stdout
+
+
+KEPT_SOURCE = """
+from dualgraph.kernels import loop
+@loop
+def affine(start, stop, x, out, scale, shift, k, flip, neg):
+    for i in range(start, stop):
+        v = x[i] * scale + shift + k + neg
+        out[i] = -v if flip else v
+"""
+
+
+@pytest.mark.parametrize("native_on", [True, False])
+def test_a_kept_call_with_fixed_arguments_writes_each_calls_arrays(monkeypatch, native_on):
+    """``run_kept(..., fixed=...)``: the fixed scalars (float32, float64, int, bool, a
+    negative int) are written once into the job entry's block (``threads.Kept``); each
+    call's arrays, new objects every time, are the ones read and written. Without native
+    entries, the same results through the loop's other entry."""
+    from dualgraph.codegen.cache import load_module
+    from dualgraph.kernels import threads
+    if not native_on:
+        monkeypatch.setattr(native, "enabled", lambda: False)
+    affine = load_module(textwrap.dedent(KEPT_SOURCE)).affine
+    fixed = (np.float32(1.5), -0.25, 3, True, -7)
+    entry, rng = [], np.random.default_rng(0)
+    for rows in (37, 37, 37):
+        x = rng.normal(size=rows).astype(np.float32)
+        out = np.full(rows, np.nan, np.float32)
+        threads.run_kept(affine, 1, entry, x, out, rows=rows, fixed=fixed)
+        want = -(x * np.float32(1.5) + np.float32(-0.25) + np.float32(3) + np.float32(-7))
+        np.testing.assert_allclose(out, want, rtol=1e-6)
+    assert isinstance(entry[0], threads.Kept) == (native_on and native.enabled())
+    # (a scalar among the arrays: the plain entry, the same results)
+    other, x = [], rng.normal(size=5).astype(np.float32)
+    out = np.empty(5, np.float32)
+    threads.run_kept(affine, 1, other, x, out, np.float32(2), rows=5, fixed=fixed[1:])
+    assert not isinstance(other[0], threads.Kept)
+    np.testing.assert_allclose(out, -(x * 2 - 0.25 + 3 - 7), rtol=1e-6)

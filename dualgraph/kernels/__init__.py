@@ -86,11 +86,17 @@ class Loop:
         """The machine address of this loop's job entry for arguments like these (one
         int64: the address of a block of their words, ``native.job_words``), which
         OpenBLAS's threads can run (``blas_threads.py``); None without native entries."""
+        return native.address(self.job_entry(*args))
+
+    def job_entry(self, *args):
+        """The job entry for arguments like these as a callable of that one int64 (a
+        ctypes function), or Numba's dispatcher where there is no native entry (see
+        :meth:`job_address`)."""
         key = (native.JOB,) + native.signature(args)
         compiled = self._compiled.get(key)
         if compiled is None:
             compiled = self._compiled[key] = native.compiled(self, key)
-        return native.address(compiled)
+        return compiled
 
     def entry(self, *args):
         """The callable a call with these arguments runs (compiled for their types): a

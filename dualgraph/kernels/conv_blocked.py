@@ -237,8 +237,7 @@ def fitted_depthwise(x_shape, w_shape, stride, padding, dilation, residual=False
     wblocks = np.empty((workers, (kh * kw + 1) * LANES * span), F)
     geometry = (cb * LANES, h, wd, ho, wo, kh, kw, stride[0], stride[1], dilation[0],
                 dilation[1], padding[0][0], padding[1][0], wp, span)
-    lo, hi = F(lo), F(hi)
-    where = where if residual else 0
+    fixed = (act, F(lo), F(hi), where if residual else 0, *geometry)
     entry = []
 
     def run(x, w, b, *r, out=None):
@@ -246,7 +245,7 @@ def fitted_depthwise(x_shape, w_shape, stride, padding, dilation, residual=False
         run_kept(_depthwise, workers, entry, np.ascontiguousarray(x, F).reshape(-1),
               np.ascontiguousarray(w, F).reshape(-1), np.ascontiguousarray(b, F),
               out.reshape(-1), np.ascontiguousarray(r[0], F).reshape(-1) if r else
-              _NO_RESIDUAL, scratch, narrow, wblocks, act, lo, hi, where, *geometry)
+              _NO_RESIDUAL, scratch, narrow, wblocks, fixed=fixed)
         return out
     return run
 
@@ -412,19 +411,21 @@ def pointwise(x_shape, cout: int, residual: bool, where=0, act=0, lo=-np.inf, hi
     shape = (n, cout // LANES, h, w, LANES)
     items = n * -(-size // CHUNK)
     workers = max(1, min(items, threads_for(n * cout * size * cb * LANES) or cores()))
-    lo, hi = F(lo), F(hi)
-    where = where if residual else 0
-    padded, entry = np.zeros(cout + WIDE_GROUP, F), []
+    geometry = (act, F(lo), F(hi), where if residual else 0, cb * LANES, size, cout, workers)
+    padded = np.zeros(cout + WIDE_GROUP, F)
+    kept: dict = {}   # the groups' width -> (the loop's fixed arguments, its kept entry)
 
     def run(x, packed, b, *r, out=None):
         out = np.empty(shape, F) if out is None else out
         padded[:cout] = b
         width = packed.shape[-1]
-        args = (np.ascontiguousarray(x, F).reshape(-1), packed.reshape(-1), padded,
-                out.reshape(-1), np.ascontiguousarray(r[0], F).reshape(-1) if r else
-                _NO_RESIDUAL, act, lo, hi, where, cb * LANES, size, cout, workers,
-                -(-cout // width) * width * cb * LANES if per_image else 0, width)
-        run_kept(_pointwise, workers, entry, *args)
+        fixed, entry = kept.get(width) or kept.setdefault(width, (
+            (*geometry, -(-cout // width) * width * cb * LANES if per_image else 0, width),
+            []))
+        run_kept(_pointwise, workers, entry, np.ascontiguousarray(x, F).reshape(-1),
+                 packed.reshape(-1), padded, out.reshape(-1),
+                 np.ascontiguousarray(r[0], F).reshape(-1) if r else _NO_RESIDUAL,
+                 fixed=fixed)
         return out
     return run
 

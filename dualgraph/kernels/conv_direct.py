@@ -229,6 +229,6 @@ def fitted(x_shape, w_shape, out_shape, stride, padding, dilation, groups, dtype
         res = (no_residual if residual is None
                else np.ascontiguousarray(residual, dt).reshape(out2.shape))
         run_kept(_direct, workers, entry, np.ascontiguousarray(x, dt), wt, offsets, out2,
-                 scratch, acc, np.ascontiguousarray(bias, dt), res, *geometry)
+                 scratch, acc, np.ascontiguousarray(bias, dt), res, fixed=geometry)
         return out
     return run

@@ -384,7 +384,7 @@ def fitted(x_shape, kernel, out_hw, stride, padding, dilation, where=0, act=0, l
                else np.ascontiguousarray(residual, F).reshape(-1))
         run_kept(_depthwise, workers, entry, np.ascontiguousarray(x, F).reshape(-1),
                  np.ascontiguousarray(w, F).reshape(-1), np.ascontiguousarray(bias, F),
-                 out.reshape(-1), res, scratch, stages, acc, wblocks, *geometry)
+                 out.reshape(-1), res, scratch, stages, acc, wblocks, fixed=geometry)
         return out
     return run
 

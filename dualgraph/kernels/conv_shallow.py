@@ -325,6 +325,6 @@ def fitted(x_shape, w_shape, out_shape, stride, padding, dilation, groups=1, dty
         res = (no_residual if residual is None
                else np.ascontiguousarray(residual, F).reshape(-1))
         run_kept(_shallow, workers, entry, np.ascontiguousarray(x, F).reshape(-1), offsets,
-                 wt, b, out.reshape(-1), res, scratch, places, stages, *geometry)
+                 wt, b, out.reshape(-1), res, scratch, places, stages, fixed=geometry)
         return out
     return run
