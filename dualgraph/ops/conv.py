@@ -1015,7 +1015,7 @@ def _max_values_plan(shape, kernel_size, stride, padding, dilation, ceil_mode):
     final = shape[:-2] + tuple(out_hw)
     geometry = (*hw, *out_hw, *kernel_size, *stride, *dilation, *padding)
     if kernels.pooling.vectorised(hw[1], stride[1]):
-        return _Plan(kernels.pooling.values_loop(*kernel_size, stride[1], *dilation), planes,
+        return _Plan(kernels.pooling.values_loop(kernel_size[1], stride[1], dilation[1]), planes,
                      (planes, -1), final, geometry + (kernels.pooling.values_lanes(out_hw[1]),))
     if kernels.pool_lanes.fits(np.float32, planes, out_hw[1]):
         lanes = kernels.pool_lanes.lanes(planes)
