@@ -4,7 +4,7 @@ input rows (down each tap's rows, then across the taps; masked loads at the edge
 the backward's scatter of gradients to those places. NumPy needs a pass
 per kernel position plus masks and index arithmetic for the same result. Average pooling
 and its gradient (any float dtype), separably too. Small planes are pooled eight at a time
-in ``pool_lanes.py``."""
+in ``pool_lanes.py``; the values of windows up to three columns wide in ``pool_separable.py``."""
 from __future__ import annotations
 
 import numpy as np
