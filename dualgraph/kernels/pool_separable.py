@@ -15,7 +15,7 @@ Along a row the chunks go in order and the last chunk a vector reads (its window
 column) is the next vector's first, carried over, so every column is reduced down once;
 the chunks that reach outside the row (padding, ceil mode's last windows) are masked loads
 whose outside lanes are -inf, the others plain loads. A window's rows outside the plane are
-its first inside row again (``pooling._values_plane``'s rule: the same maximum).
+its first inside row again (``pooling.window_rows``: the same maximum).
 
 Plain maxima (``vmaxps``) and the loads summed (every column the row's windows hold, once):
 a plane whose sum is NaN (a NaN in it, or infinities of both signs) is pooled again keeping
@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import helper, loop
-from .pooling import taps_inside
+from .pooling import window_rows
 from .simd import (WIDE, add, broadcast, broadcast_wide, even_lanes, lanes_of, load_inside,
                    load_like, maximum, maximum_nan, next_lane, next_two_lanes, odd_lanes,
                    store, store_first)
@@ -132,17 +132,13 @@ def _row(plane, out, o, rows, width, wo, kh, kw, sw, left, keep_nan, like, zero)
 def _plane(plane, out, rows, height, width, ho, wo, kh, kw, sh, sw, dh, top, left, keep_nan,
            like, zero):
     """One plane, NaN-keeping or not (a constant); returns the sum of its rows'
-    (:func:`_row`). A row of windows with none of its rows inside (row dilation past a
-    short plane) is -inf."""
+    (:func:`_row`) over the rows (``pooling.window_rows``; a row of windows with none of
+    its rows inside is -inf)."""
     total = zero
     for i in range(ho):
-        y0 = i * sh - top
-        a0, a1 = taps_inside(y0, kh, dh, height)
-        if a0 >= a1:
+        if not window_rows(rows, i * sh - top, kh, dh, height, width):
             out[i * wo:(i + 1) * wo] = -np.inf
             continue
-        for a in range(kh):
-            rows[a] = (y0 + (a if a0 <= a < a1 else a0) * dh) * width
         total = add(total, _row(plane, out, i * wo, rows, width, wo, kh, kw, sw, left,
                                 keep_nan, like, zero))
     return total

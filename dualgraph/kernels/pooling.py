@@ -215,21 +215,28 @@ def _values_row(plane, out, o, rows, width, wo, kh, kw, sw, dw, left, keep_nan, 
 
 
 @helper(inline="always")
+def window_rows(rows, y0, kh, dh, height, width):
+    """``rows[a]``: the flat offset of row ``y0 + a * dh`` of a window of ``kh`` rows, or
+    where that row lies outside the plane, of the window's first inside row (the same
+    maximum), so that every window has ``kh`` rows. False where none is inside (dilation
+    past a one-row plane)."""
+    a0, a1 = taps_inside(y0, kh, dh, height)
+    for a in range(kh):
+        rows[a] = (y0 + (a if a0 <= a < a1 else a0) * dh) * width
+    return a0 < a1
+
+
+@helper(inline="always")
 def _values_plane(plane, out, rows, height, width, ho, wo, kh, kw, sh, sw, dh, dw, top, left,
                   keep_nan, lowest, zero):
     """One plane of :func:`max_pool_values`, NaN-keeping or not (a constant); returns the
-    sum :func:`_values_row` returns, over the rows. A window's rows outside the plane are
-    its first inside row again (the same maximum), so every window has ``kh`` rows; a row
-    of windows with none inside (dilation past a one-row plane) is -inf."""
+    sum :func:`_values_row` returns, over the rows (:func:`window_rows`; a row of windows
+    with none of its rows inside is -inf)."""
     total = zero
     for i in range(ho):
-        y0 = i * sh - top
-        a0, a1 = taps_inside(y0, kh, dh, height)
-        if a0 >= a1:
+        if not window_rows(rows, i * sh - top, kh, dh, height, width):
             out[i * wo:(i + 1) * wo] = -np.inf
             continue
-        for a in range(kh):
-            rows[a] = (y0 + (a if a0 <= a < a1 else a0) * dh) * width
         total = add(total, _values_row(plane, out, i * wo, rows, width, wo, kh, kw, sw, dw,
                                        left, keep_nan, lowest, zero))
     return total
