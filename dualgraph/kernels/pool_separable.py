@@ -7,9 +7,10 @@ with lane shuffles shared by neighbouring windows.
 ``pooling.max_pool_values`` computes every tap of a vector of outputs from the input rows
 again: a 3x3/2 window's third tap reloads and re-reduces the rows the first tap read, two
 columns on (12 loads and 12 maxima per eight outputs), each load a masked blend with -inf
-(``vblendmps``, a load and a vector op) and each tap's maxima started from -inf: about 21
-cycles per eight outputs on Zen 4, against 9 for the same outputs here (6 plain loads, 4
-maxima down, the even/odd deinterleave and a shift across).
+(``vblendmps``, a load and a vector op) and each tap's maxima started from -inf: about 50
+vector ops per eight outputs, against about 17 here (6 plain loads, 4 maxima down, the
+even/odd deinterleave, a shift across, the NaN sum's adds): 0.7x the time on 111x111
+planes.
 
 Along a row the chunks go in order and the last chunk a vector reads (its windows' third
 column) is the next vector's first, carried over, so every column is reduced down once;
