@@ -41,15 +41,14 @@ VALUES = [(case, lanes) for case in VECTORISED for lanes in (8, 16)]
 
 def _pool(x, k, s, p, d, ceil, indices=False, lanes=8):
     """The loop on every plane of ``x`` at once (no size threshold; the values loop, or
-    its unrolled copy for the window, only where ``pooling.vectorised``, with vectors of
-    ``lanes``)."""
+    ``pool_separable``'s for the window, only where ``pooling.vectorised``, with vectors
+    of ``lanes``)."""
     n, c, h, w = x.shape
     (ho, wo), _ = conv_ops._pool_geometry((h, w), (k, k), (s, s), (p, p), ceil, (d, d))
     out = np.full((n * c, ho * wo), 7.0, np.float32)
     geometry = (h, w, ho, wo, k, k, s, s, d, d, p, p)
     if not indices:
-        pooling.values_loop(k, k, s, d, d)(0, n * c, x.reshape(n * c, h * w), out, *geometry,
-                                           lanes)
+        pooling.values_loop(k, s, d)(0, n * c, x.reshape(n * c, h * w), out, *geometry, lanes)
         return out.reshape(n, c, ho, wo), None
     where = np.full((n * c, ho * wo), -5, np.int64)
     pooling.max_pool(0, n * c, x.reshape(n * c, h * w), out, where, *geometry)
@@ -159,7 +158,7 @@ def test_values_of_random_windows_match_torch(seed):
                 n, c = x.shape[:2]
                 ho, wo = want.shape[2:]
                 out = np.full((n * c, ho * wo), 7.0, np.float32)
-                loop = pooling.values_loop(*k, s[1], *d)
+                loop = pooling.values_loop(k[1], s[1], d[1])
                 loop(0, n * c, x.reshape(n * c, h * w), out, h, w, ho, wo, *k, *s, *d, *p,
                      lanes)
                 np.testing.assert_array_equal(out.reshape(want.shape), want, err_msg=pool)
@@ -170,6 +169,49 @@ def test_values_of_random_windows_match_torch(seed):
                                        stride=pool[1], padding=pool[2], dilation=pool[3],
                                        ceil_mode=pool[4])
         np.testing.assert_array_equal(got, want.astype(np.float64), err_msg=str(pool))
+
+
+# (rows, columns): around a chunk of eight and sixteen columns, outputs a vector and one over
+SEPARABLE_PLANES = [(9, 8), (5, 15), (7, 16), (6, 17), (4, 31), (11, 33), (3, 47), (8, 64)]
+
+
+@pytest.mark.parametrize("kh,kw,sw,dh", [(3, 3, 2, 1), (3, 3, 1, 1), (2, 2, 2, 1),
+                                         (2, 2, 1, 1), (1, 1, 1, 1), (1, 1, 2, 1),
+                                         (3, 2, 1, 2), (4, 3, 2, 1), (2, 3, 1, 1)])
+@pytest.mark.parametrize("lanes", [8, 16])
+def test_separable_windows_match_torch_at_every_edge(kh, kw, sw, dh, lanes):
+    """``pool_separable``'s loop (the windows ``values_loop`` gives it: at most three
+    columns at column stride 1 or 2) on rows of 8-64 columns, batch 1 and 3, with and
+    without padding, both ceil modes and row strides 1-3: torch's values, a NaN in the
+    last column or row (which only the chunks past the middle read), and infinities."""
+    from dualgraph.kernels import pool_separable
+    assert pooling.values_loop(kw, sw, 1) is pool_separable.max_pool_separable
+    rng = np.random.default_rng(kh * 100 + kw * 10 + sw + lanes)
+    for h, w in SEPARABLE_PLANES:
+        for n, sh, p, ceil in ((1, 2, 0, True), (3, 1, kw // 2, False), (1, 3, kh // 2, True),
+                               (3, 2, min(kh, kw) // 2, False)):
+            if h < dh * (kh - 1) + 1 - 2 * p:
+                continue
+            x = rng.standard_normal((n, 2, h, w)).astype(np.float32)
+            x[0, 0, rng.integers(0, h), w - 1] = np.nan
+            x[-1, 1, h - 1, rng.integers(0, w)] = np.nan
+            x[0, 1].flat[rng.integers(0, h * w, 2)] = np.inf, -np.inf
+            pool = ((kh, kw), (sh, sw), (min(p, kh // 2), min(p, kw // 2)), (dh, 1))
+            want = F.max_pool2d(torch.tensor(x), *pool, ceil_mode=ceil).numpy()
+            ho, wo = want.shape[2:]
+            out = np.full((n * 2, ho * wo), 7.0, np.float32)
+            geometry = (*pool[0], *pool[1], *pool[3], *pool[2])
+            pool_separable.max_pool_separable(0, n * 2, x.reshape(n * 2, h * w), out, h, w, ho,
+                                              wo, *geometry, lanes)
+            np.testing.assert_array_equal(out.reshape(want.shape), want,
+                                          err_msg=f"{(h, w)} {pool} {ceil}")
+
+
+def test_windows_the_separable_loop_leaves_go_to_the_values_loop():
+    from dualgraph.kernels import pool_separable
+    for kw, sw, dw in ((4, 1, 1), (5, 2, 1), (3, 2, 2), (2, 1, 3)):
+        assert pooling.values_loop(kw, sw, dw) is pooling.max_pool_values
+    assert not pool_separable.takes(3, 3, 1)
 
 
 @pytest.mark.parametrize("case", POOLS)

@@ -160,26 +160,27 @@ def test_one_and_two_threads_give_the_same_bits():
 
 
 # (n, c, h, w), kernel, stride, padding, dilation, ceil mode, the loop: input rows of eight
-# or more at column stride 1 or 2 by the values loop along the rows (output rows of fewer
-# than eight, planes of one row, windows whose dilated rows all miss a one-row plane),
+# or more at column stride 1 or 2 by the values loop along the rows, or pool_separable's for
+# windows of at most three columns without column dilation (output rows of fewer than
+# eight, planes of one row, windows whose dilated rows all miss a one-row plane),
 # narrower rows by the lanes (eight planes at least, output rows of fewer than sixteen),
 # the rest (strides over 2, few planes) by the rows loop
 SHORT_ROWS = [
-    ((2, 40, 14, 14), 3, 2, 0, 1, True, "max_pool_values"),
-    ((2, 20, 14, 14), 3, 1, 1, 1, True, "max_pool_values"),
-    ((1, 24, 17, 17), 3, 2, 0, 1, True, "max_pool_values"),
-    ((3, 19, 20, 20), 2, 2, 0, 1, False, "max_pool_values"),
+    ((2, 40, 14, 14), 3, 2, 0, 1, True, "max_pool_separable"),
+    ((2, 20, 14, 14), 3, 1, 1, 1, True, "max_pool_separable"),
+    ((1, 24, 17, 17), 3, 2, 0, 1, True, "max_pool_separable"),
+    ((3, 19, 20, 20), 2, 2, 0, 1, False, "max_pool_separable"),
     ((2, 9, 19, 13), 3, 1, 1, 2, False, "max_pool_values"),
-    ((1, 17, 24, 24), 3, 2, 0, 1, True, "max_pool_values"),
-    ((4, 40, 1, 30), 3, 1, 1, 1, False, "max_pool_values"),
-    ((2, 64, 1, 40), (2, 3), 1, 1, (2, 1), False, "max_pool_values"),
-    ((2, 20, 12, 12), 3, 2, 1, 1, True, "max_pool_values"),
-    ((3, 19, 13, 13), 2, 2, 0, 1, False, "max_pool_values"),
+    ((1, 17, 24, 24), 3, 2, 0, 1, True, "max_pool_separable"),
+    ((4, 40, 1, 30), 3, 1, 1, 1, False, "max_pool_separable"),
+    ((2, 64, 1, 40), (2, 3), 1, 1, (2, 1), False, "max_pool_separable"),
+    ((2, 20, 12, 12), 3, 2, 1, 1, True, "max_pool_separable"),
+    ((3, 19, 13, 13), 2, 2, 0, 1, False, "max_pool_separable"),
     ((4, 16, 19, 7), 3, 1, 1, 2, False, "max_pool_lanes"),
     ((2, 64, 7, 7), 3, 1, 1, 1, False, "max_pool_lanes"),
     ((3, 40, 6, 6), 3, 1, 1, 1, False, "max_pool_lanes"),
     ((4, 30, 9, 5), 2, 2, 0, 1, True, "max_pool_lanes"),
-    ((3, 30, 9, 13), 2, 2, 1, 1, True, "max_pool_values"),
+    ((3, 30, 9, 13), 2, 2, 1, 1, True, "max_pool_separable"),
     ((1, 50, 11, 12), 3, 3, 1, 2, False, "max_pool_lanes"),
     ((2, 40, 12, 5), (3, 2), (1, 2), (1, 1), (2, 1), True, "max_pool_lanes"),
     ((1, 4, 40, 41), 3, 3, 1, 1, True, "max_pool_rows"),
@@ -198,7 +199,7 @@ def test_max_values_on_short_rows_match_torch_with_nan(case, monkeypatch):
     monkeypatch.setattr(kernels.Loop, "entry",
                         lambda self, *args: calls.append(self.__name__) or entry(self, *args))
     got = conv_ops.max_pool_values(x, pair(k), pair(s), pair(p), pair(d), ceil)
-    assert len(calls) == 1 and calls[0].startswith(loop)    # (or its unrolled copy)
+    assert calls == [loop]
     want = F.max_pool2d(torch.tensor(x), k, s, p, d, ceil_mode=ceil).numpy()
     np.testing.assert_array_equal(got, want)
 

@@ -152,7 +152,7 @@ _LOOP_MODULES = ("activations", "along", "attention", "batch_norm", "batched", "
                  "conv_outlanes", "conv_packed", "conv_pointpacked", "conv_pointwise",
                  "conv_shallow", "conv_tiles",
                  "conv_winograd", "epilogue", "excite", "linear_packed", "normalization",
-                 "optim", "pool_lanes", "pool_means", "pooling", "products", "recurrence", "scatter", "sums",
+                 "optim", "pool_lanes", "pool_means", "pool_separable", "pooling", "products", "recurrence", "scatter", "sums",
                  "split_gemm", "trig")
 
 

@@ -4,14 +4,14 @@ input rows (down each tap's rows, then across the taps; masked loads at the edge
 the backward's scatter of gradients to those places. NumPy needs a pass
 per kernel position plus masks and index arithmetic for the same result. Average pooling
 and its gradient (any float dtype), separably too. Small planes are pooled eight at a time
-in ``pool_lanes.py``."""
+in ``pool_lanes.py``; the values of windows up to three columns wide in ``pool_separable.py``."""
 from __future__ import annotations
 
 import numpy as np
 
 from . import helper, isa, loop
 from .simd import (LANES, WIDE, add, broadcast, broadcast_wide, divide, even_lanes, lanes_of,
-                   load, load_even, load_inside, load_like, maximum, maximum_nan, odd_lanes,
+                   load, load_even, load_inside, maximum, maximum_nan, odd_lanes,
                    store, store_first, where_greater)
 
 F = np.float32
@@ -215,21 +215,28 @@ def _values_row(plane, out, o, rows, width, wo, kh, kw, sw, dw, left, keep_nan, 
 
 
 @helper(inline="always")
+def window_rows(rows, y0, kh, dh, height, width):
+    """``rows[a]``: the flat offset of row ``y0 + a * dh`` of a window of ``kh`` rows, or
+    where that row lies outside the plane, of the window's first inside row (the same
+    maximum), so that every window has ``kh`` rows. False where none is inside (dilation
+    past a one-row plane)."""
+    a0, a1 = taps_inside(y0, kh, dh, height)
+    for a in range(kh):
+        rows[a] = (y0 + (a if a0 <= a < a1 else a0) * dh) * width
+    return a0 < a1
+
+
+@helper(inline="always")
 def _values_plane(plane, out, rows, height, width, ho, wo, kh, kw, sh, sw, dh, dw, top, left,
                   keep_nan, lowest, zero):
     """One plane of :func:`max_pool_values`, NaN-keeping or not (a constant); returns the
-    sum :func:`_values_row` returns, over the rows. A window's rows outside the plane are
-    its first inside row again (the same maximum), so every window has ``kh`` rows; a row
-    of windows with none inside (dilation past a one-row plane) is -inf."""
+    sum :func:`_values_row` returns, over the rows (:func:`window_rows`; a row of windows
+    with none of its rows inside is -inf)."""
     total = zero
     for i in range(ho):
-        y0 = i * sh - top
-        a0, a1 = taps_inside(y0, kh, dh, height)
-        if a0 >= a1:
+        if not window_rows(rows, i * sh - top, kh, dh, height, width):
             out[i * wo:(i + 1) * wo] = -np.inf
             continue
-        for a in range(kh):
-            rows[a] = (y0 + (a if a0 <= a < a1 else a0) * dh) * width
         total = add(total, _values_row(plane, out, i * wo, rows, width, wo, kh, kw, sw, dw,
                                        left, keep_nan, lowest, zero))
     return total
@@ -282,36 +289,20 @@ def max_pool_values(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw,
     take the same vectors. Plain maxima (``vmaxps``), and a plane whose read values
     summed to NaN is pooled again NaN-keeping (``llvm.maximum`` costs 2.5x; NaN wins, as
     in torch). Only where :func:`vectorised` (input rows of eight at least, column
-    stride 1 or 2); the common windows take :func:`max_pool_values_unrolled`."""
+    stride 1 or 2); the common windows take ``pool_separable`` (:func:`values_loop`)."""
     _values_widths(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh, dw, top,
                    left, lanes)
 
 
-@loop
-def max_pool_values_unrolled(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh,
-                             dw, top, left, lanes):
-    """:func:`max_pool_values` of the common windows (``UNROLLED``: 3x3 at column stride 2
-    or 1, 2x2 at stride 2, no dilation) with their sizes as constants, its loops
-    unrolled."""
-    if kh == 3 and sw == 2:
-        _values_widths(start, stop, x, best, height, width, ho, wo, 3, 3, sh, 2, 1, 1, top,
-                       left, lanes)
-    elif kh == 3:
-        _values_widths(start, stop, x, best, height, width, ho, wo, 3, 3, sh, 1, 1, 1, top,
-                       left, lanes)
-    else:
-        _values_widths(start, stop, x, best, height, width, ho, wo, 2, 2, sh, 2, 1, 1, top,
-                       left, lanes)
-
-
-UNROLLED = {(3, 3, 2, 1, 1), (3, 3, 1, 1, 1), (2, 2, 2, 1, 1)}   # (kh, kw, sw, dh, dw)
-
-
-def values_loop(kh: int, kw: int, sw: int, dh: int, dw: int):
-    """The values loop for windows of ``kh x kw`` at column stride ``sw``, dilation ``(dh,
-    dw)``: :func:`max_pool_values_unrolled` for the common ones (a loop of its own,
-    compiled only where a model has such a pool), else :func:`max_pool_values`."""
-    return max_pool_values_unrolled if (kh, kw, sw, dh, dw) in UNROLLED else max_pool_values
+def values_loop(kw: int, sw: int, dw: int):
+    """The values loop for windows ``kw`` columns wide at column stride ``sw``, column
+    dilation ``dw``: ``pool_separable.max_pool_separable`` where it ``takes`` them (each
+    chunk of a row reduced down the window once, the taps across from shuffles: a third of the
+    vector ops on a 3x3/2 window), else :func:`max_pool_values`."""
+    from . import pool_separable
+    if pool_separable.takes(kw, sw, dw):
+        return pool_separable.max_pool_separable
+    return max_pool_values
 
 
 # -- separable loops on rows of any width, any float dtype ---------------------------------------

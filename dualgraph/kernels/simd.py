@@ -433,6 +433,10 @@ even_lanes = _shuffle_pair("even_lanes", lambda n: list(range(0, 2 * n, 2)),
                            "The even lanes of ``a`` then ``b`` (a deinterleave).")
 odd_lanes = _shuffle_pair("odd_lanes", lambda n: list(range(1, 2 * n, 2)),
                           "The odd lanes of ``a`` then ``b``.")
+next_lane = _shuffle_pair("next_lane", lambda n: list(range(1, n + 1)),
+                          "``a``'s lanes one on, ``b``'s first last (``a1 .. a(n-1) b0``).")
+next_two_lanes = _shuffle_pair("next_two_lanes", lambda n: list(range(2, n + 2)),
+                               "``a``'s lanes two on, ``b``'s first two last.")
 zip_low = _shuffle_pair("zip_low", lambda n: [k // 2 + n * (k % 2) for k in range(n)],
                         "``a0 b0 a1 b1 ..``: the first halves of ``a`` and ``b`` interleaved.")
 zip_high = _shuffle_pair("zip_high", lambda n: [n // 2 + k // 2 + n * (k % 2) for k in range(n)],

@@ -1003,9 +1003,10 @@ def max_pool_values(x, kernel_size, stride, padding, dilation, ceil_mode, out=No
 @lru_cache(maxsize=256)
 def _max_values_plan(shape, kernel_size, stride, padding, dilation, ceil_mode):
     """How :func:`max_pool_values` pools a float32 input of ``shape`` (a :class:`_Plan`):
-    ``kernels.pooling.max_pool_values`` (or its unrolled copy for the window:
-    ``values_loop``; eight or sixteen outputs of a row a vector, straight from the input
-    rows, NaN kept) where it takes the rows (input rows of eight at least, column stride
+    ``kernels.pooling.max_pool_values`` (or, for windows of at most three columns without
+    column dilation, ``kernels.pool_separable``'s loop: ``values_loop``; eight or sixteen
+    outputs of a row a vector, straight from the input rows, NaN kept) where it takes the
+    rows (input rows of eight at least, column stride
     1 or 2: ``pooling.vectorised``); else with eight or sixteen planes in the lanes
     (``kernels.pool_lanes``, where it ``fits``), or by ``pooling.max_pool_rows`` (the
     first loop's order in plain loops)."""
@@ -1015,7 +1016,7 @@ def _max_values_plan(shape, kernel_size, stride, padding, dilation, ceil_mode):
     final = shape[:-2] + tuple(out_hw)
     geometry = (*hw, *out_hw, *kernel_size, *stride, *dilation, *padding)
     if kernels.pooling.vectorised(hw[1], stride[1]):
-        return _Plan(kernels.pooling.values_loop(*kernel_size, stride[1], *dilation), planes,
+        return _Plan(kernels.pooling.values_loop(kernel_size[1], stride[1], dilation[1]), planes,
                      (planes, -1), final, geometry + (kernels.pooling.values_lanes(out_hw[1]),))
     if kernels.pool_lanes.fits(np.float32, planes, out_hw[1]):
         lanes = kernels.pool_lanes.lanes(planes)
