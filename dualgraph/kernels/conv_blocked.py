@@ -183,7 +183,10 @@ def _item(x, out, residual, packed, wt, start_sum, src, base, plane, size, act, 
     each output row summed (``conv_lanes._row``, weights ``wt``) into their planes of the
     flat blocked ``out`` from ``base`` (``size`` apart), where the epilogue runs on it."""
     lanes = lanes_of(start_sum)
-    _copy(x, src, plane, packed, lanes, rows, cols, width, top, left, wp, 0, 0, cols, cols)
+    for y in range(rows):
+        d, s = ((y + top) * wp + left) * lanes, src + y * width * LANES
+        for u in range(cols):
+            _position(x, s, plane, packed, d, lanes, u)
     dst = out[base:base + lanes // LANES * size]
     for r in range(ho):
         _row(dst, packed, wt, start_sum, r, wo, kh, kw, sh, sw, dh, dw, wp, LANES, size)
