@@ -369,6 +369,84 @@ def test_sixteen_lanes_give_the_same_bits_as_eight(monkeypatch):
         np.testing.assert_array_equal(narrow.view(np.int32), wide.view(np.int32))
 
 
+# n, c, (h, w), kernel, stride, ((top, bottom), (left, right)) padding, dilation, act,
+# residual_at: planes whose rows have runs of eight positions inside the input (read in
+# place), none of any model's shape
+INTERIOR = [
+    (1, 8, (5, 31), 3, 1, ((1, 1), (1, 1)), 1, "relu", None),        # 5 rows, 1 block
+    (3, 24, (17, 37), 3, 2, ((1, 1), (1, 1)), 1, "clamp", "before"),  # stride 2, batch 3
+    (1, 40, (31, 31), 5, 1, ((2, 2), (2, 2)), 1, "silu", None),
+    (1, 24, (29, 41), 5, 2, ((2, 2), (2, 2)), 1, "hardswish", "after"),
+    (2, 8, (25, 27), 7, 1, ((3, 3), (3, 3)), 1, "sigmoid", None),
+    (1, 40, (23, 47), 7, 2, ((3, 3), (3, 3)), 1, "none", "before"),
+    (1, 16, (19, 29), 3, 1, ((2, 2), (2, 2)), 2, "silu", None),        # dilation 2
+    (3, 8, (21, 30), 5, 2, ((1, 3), (0, 2)), 1, "relu", None),         # uneven padding
+    (1, 24, (12, 26), 3, 1, ((0, 0), (0, 0)), 1, "hardswish", None),   # no padding
+    (1, 16, (9, 40), 3, 2, ((1, 1), (4, 4)), 1, "clamp", "after"),     # wide padding
+]
+
+
+@pytest.mark.parametrize("case", INTERIOR, ids=[str(c) for c in INTERIOR])
+def test_depthwise_reads_its_interior_in_place(case, monkeypatch):
+    """Eight-lane items whose rows have runs of eight positions inside the input read
+    those from the input itself, copying only the border into the padded plane: torch's
+    values, NaN and infinities included, and the bits of the loop copying every row (on
+    planes that fit L1 too, to keep the cases small)."""
+    monkeypatch.setattr(conv_blocked, "paired", lambda positions: False)
+    monkeypatch.setattr(conv_blocked, "IN_PLACE_BYTES", 0)
+    n, c, (h, w), k, s, pad, d, act, at = case
+    rng = np.random.default_rng(h * w + k)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    x[0, c - 1, h // 2, w // 2], x[-1, c // 2, h - 1, 0] = np.nan, np.inf
+    weight = rng.standard_normal((c, 1, k, k)).astype(np.float32)
+    bias = rng.standard_normal(c).astype(np.float32)
+    (top, bottom), (left, right) = pad
+    y = torch.nn.functional.conv2d(
+        torch.nn.functional.pad(torch.tensor(x), (left, right, top, bottom)),
+        torch.tensor(weight), torch.tensor(bias), stride=s, dilation=d, groups=c)
+    y, residual = _epilogue(y, rng, act, at)
+    extra = [conv_blocked.block(residual)] if at else []
+    ho, wo = y.shape[2:]
+    hp, wp = (ho - 1) * s + (k - 1) * d + 1, (wo - 1) * s + (k - 1) * d + 1
+    inner = conv_blocked.interior((h, w), (ho, wo), (k, k), (s, s), (d, d), (top, left),
+                                  (hp, wp), 1)
+    assert inner[1] > inner[0] and inner[3] - inner[2] >= 8, inner   # (the test can fail)
+
+    def run():
+        return DEPTHWISE_BLOCKED.kernel(
+            conv_blocked.block(x), weight, bias, *extra, act=act, bounds=_bounds(act),
+            residual_at=at, stride=(s, s), padding=pad, dilation=(d, d))
+    got = run()
+    np.testing.assert_allclose(conv_blocked.unblock(got), y.numpy(), rtol=1e-5, atol=1e-5)
+    monkeypatch.setattr(conv_blocked, "interior", lambda *args, **kw: np.zeros(8, np.int64))
+    np.testing.assert_array_equal(got.view(np.int32), run().view(np.int32))
+
+
+def test_depthwise_interior_only_where_a_run_fits(monkeypatch):
+    """No interior where the padded plane is small (a 56x56 output of a 3x3, 108 kB, not a
+    112x112's 416 kB) or the input large (``IN_PLACE_INPUT``), where no run of eight
+    positions lies inside (a 14-position row of a 5x5 at stride 2: runs 0:8 and 6:14,
+    inside 1:13), for pairs of blocks, or where every output row reads padding; the
+    columns copied are those the other runs read."""
+    def inner(size, out, k, s, p, span=1):
+        read = tuple((o - 1) * s + k for o in out)
+        return list(conv_blocked.interior(size, out, (k, k), (s, s), (1, 1), (p, p), read,
+                                          span))
+    assert inner((56, 56), (56, 56), 3, 1, 1) == [0] * 8
+    big = conv_blocked.IN_PLACE_INPUT + 1   # (an input too large to read in place)
+    assert list(conv_blocked.interior((112, 112), (112, 112), (3, 3), (1, 1), (1, 1), (1, 1),
+                                      (114, 114), 1, big)) == [0] * 8
+    assert inner((112, 112), (112, 112), 3, 1, 1) == [1, 111, 8, 104, 2, 110, 9, 103]
+    monkeypatch.setattr(conv_blocked, "IN_PLACE_BYTES", 0)
+    assert inner((28, 28), (14, 14), 5, 2, 2) == [0] * 8
+    assert inner((30, 30), (30, 30), 3, 1, 1, span=2) == [0] * 8
+    assert inner((1, 30), (1, 30), 3, 1, 1) == [0] * 8
+    # rows 1:29 and columns 1:29 inside: runs 8:16 and 16:24 read the input; runs 0:8 and
+    # 22:30 the padded plane: input rows 0:2 and 28:30 whole, the others' columns 0:9 and
+    # 21:30
+    assert inner((30, 30), (30, 30), 3, 1, 1) == [1, 29, 8, 24, 2, 28, 9, 21]
+
+
 def test_depthwise_pairs_blocks_where_their_plane_fits_l1(monkeypatch):
     """The depthwise loop sums pairs of blocks at full width on any plane; with AVX-512's
     32 registers at half width (Zen 4) on planes whose paired form fits L1 (a 7x7 output

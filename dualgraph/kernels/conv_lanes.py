@@ -230,39 +230,55 @@ def run_wide(sums, src, wt, wbase, bias, q, o, i0, i1, kw, rstep, wstep, step, o
 
 
 @helper(inline="always")
-def _row(sums, packed, wt, bias, r, wo, kh, kw, sh, sw, dh, dw, wp, ostride, gap):
-    """Output row ``r`` (``wo`` positions) of a block into ``sums`` (``ostride`` floats a
-    position, a sixteen-lane sum's two halves ``gap`` apart): eight positions at a time
-    (seven on rows of seven for a 3- or 5-wide kernel at stride 1, :func:`run_wide`; four
-    on other rows of four to seven), each tap one multiply-add per position. The block is
-    as wide as ``bias``: its plane ``packed`` and weights ``wt`` hold that many floats a
-    position and tap. A row's last run ends at the row's end, recomputing a few positions
-    (the same bits) instead of a remainder one position at a time, which ran at a fifth
-    of the rate."""
-    width = lanes_of(bias)
-    step, v = sw * width, 0
-    reuse = (kw == 3 or kw == 5) and sw == 1 and dw == 1
-    while v < wo:
-        run = 8 if wo >= 8 else (7 if wo == 7 and reuse else (4 if wo >= 4 else 1))
-        v = min(v, wo - run)
-        o, q = ((r * sh) * wp + v * sw) * width, (r * wo + v) * ostride
+def _line(sums, src, o, q, n, wt, bias, step, ostep, kh, kw, rstep, tstep, reuse, gap):
+    """``n`` output positions of a row of a block into ``sums`` from ``q``, ``ostep``
+    floats apart (a sixteen-lane sum's two halves ``gap`` apart), the first's tap ``(0,
+    0)`` at ``src[o]``, the next positions ``step`` floats on, kernel rows ``rstep`` and
+    columns ``tstep`` apart. Eight positions at a time (seven on rows of seven,
+    :func:`run_wide`, where ``reuse``: a 3- or 5-wide kernel whose taps are ``step`` apart;
+    four on other rows of four to seven), each tap one multiply-add a position. The block
+    is as wide as ``bias``: ``src`` and ``wt`` hold that many floats a position and tap.
+    The last run ends at the ``n``-th position, recomputing a few positions (the same bits)
+    instead of a remainder one position at a time, which ran at a fifth of the rate."""
+    width, v = lanes_of(bias), 0
+    while v < n:
+        run = 8 if n >= 8 else (7 if n == 7 and reuse else (4 if n >= 4 else 1))
+        v = min(v, n - run)
+        p, at = o + v * step, q + v * ostep
         if run == 8 and reuse:
-            run_wide(sums, packed, wt, 0, bias, q, o, 0, kh, kw, dh * wp * width, width, width,
-                     ostride, gap, 8)
+            run_wide(sums, src, wt, 0, bias, at, p, 0, kh, kw, rstep, width, step, ostep, gap,
+                     8)
         elif run == 7:
-            run_wide(sums, packed, wt, 0, bias, q, o, 0, kh, kw, dh * wp * width, width, width,
-                     ostride, gap, 7)
+            run_wide(sums, src, wt, 0, bias, at, p, 0, kh, kw, rstep, width, step, ostep, gap,
+                     7)
         elif run > 1:
-            run_taps(sums, packed, wt, 0, bias, q, o, 0, kh, kw, dh * wp * width, dw * width,
-                     width, step, ostride, gap, run == 8)
+            run_taps(sums, src, wt, 0, bias, at, p, 0, kh, kw, rstep, tstep, width, step,
+                     ostep, gap, run == 8)
         else:
             a0 = bias
             for i in range(kh):
                 for j in range(kw):
                     a0 = fma(load_like(wt, (i * kw + j) * width, bias),
-                             load_like(packed, o + (i * dh * wp + j * dw) * width, bias), a0)
-            store_runs(sums, q, gap, a0)
+                             load_like(src, p + i * rstep + j * tstep, bias), a0)
+            store_runs(sums, at, gap, a0)
         v += run
+
+
+@helper(inline="always")
+def _row(sums, packed, wt, bias, r, wo, kh, kw, sh, sw, dh, dw, wp, ostride, gap):
+    """Output row ``r`` (``wo`` positions) of a block into ``sums`` (``ostride`` floats a
+    position, a sixteen-lane sum's two halves ``gap`` apart) from its zero-padded plane
+    ``packed`` (``wp`` positions a row): :func:`_line` along it."""
+    width = lanes_of(bias)
+    _line(sums, packed, r * sh * wp * width, r * wo * ostride, wo, wt, bias, sw * width,
+          ostride, kh, kw, dh * wp * width, dw * width, reusable(kw, sw, dw), gap)
+
+
+@helper(inline="always")
+def reusable(kw, sw, dw):
+    """Whether :func:`run_wide` sums a row: a 3- or 5-wide kernel at column stride and
+    dilation 1."""
+    return (kw == 3 or kw == 5) and sw == 1 and dw == 1
 
 
 @helper(inline="always")
