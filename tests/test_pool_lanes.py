@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("numba")
 
 import dualgraph as dg  # noqa: E402
-from dualgraph.kernels import pooling  # noqa: E402
+from dualgraph.kernels import pool_separable, pooling  # noqa: E402
 from dualgraph.ops import conv as conv_ops  # noqa: E402
 from dualgraph.ops.epilogue import MAX_POOL2D_VALUES  # noqa: E402
 
@@ -48,7 +48,8 @@ def _pool(x, k, s, p, d, ceil, indices=False, lanes=8):
     out = np.full((n * c, ho * wo), 7.0, np.float32)
     geometry = (h, w, ho, wo, k, k, s, s, d, d, p, p)
     if not indices:
-        pooling.values_loop(k, s, d)(0, n * c, x.reshape(n * c, h * w), out, *geometry, lanes)
+        loop = pool_separable.values_loop(k, s, d)
+        loop(0, n * c, x.reshape(n * c, h * w), out, *geometry, lanes)
         return out.reshape(n, c, ho, wo), None
     where = np.full((n * c, ho * wo), -5, np.int64)
     pooling.max_pool(0, n * c, x.reshape(n * c, h * w), out, where, *geometry)
@@ -158,7 +159,7 @@ def test_values_of_random_windows_match_torch(seed):
                 n, c = x.shape[:2]
                 ho, wo = want.shape[2:]
                 out = np.full((n * c, ho * wo), 7.0, np.float32)
-                loop = pooling.values_loop(k[1], s[1], d[1])
+                loop = pool_separable.values_loop(k[1], s[1], d[1])
                 loop(0, n * c, x.reshape(n * c, h * w), out, h, w, ho, wo, *k, *s, *d, *p,
                      lanes)
                 np.testing.assert_array_equal(out.reshape(want.shape), want, err_msg=pool)
@@ -184,8 +185,7 @@ def test_separable_windows_match_torch_at_every_edge(kh, kw, sw, dh, lanes):
     columns at column stride 1 or 2) on rows of 8-64 columns, batch 1 and 3, with and
     without padding, both ceil modes and row strides 1-3: torch's values, a NaN in the
     last column or row (which only the chunks past the middle read), and infinities."""
-    from dualgraph.kernels import pool_separable
-    assert pooling.values_loop(kw, sw, 1) is pool_separable.max_pool_separable
+    assert pool_separable.values_loop(kw, sw, 1) is pool_separable.max_pool_separable
     rng = np.random.default_rng(kh * 100 + kw * 10 + sw + lanes)
     for h, w in SEPARABLE_PLANES:
         for n, sh, p, ceil in ((1, 2, 0, True), (3, 1, kw // 2, False), (1, 3, kh // 2, True),
@@ -208,9 +208,8 @@ def test_separable_windows_match_torch_at_every_edge(kh, kw, sw, dh, lanes):
 
 
 def test_windows_the_separable_loop_leaves_go_to_the_values_loop():
-    from dualgraph.kernels import pool_separable
     for kw, sw, dw in ((4, 1, 1), (5, 2, 1), (3, 2, 2), (2, 1, 3)):
-        assert pooling.values_loop(kw, sw, dw) is pooling.max_pool_values
+        assert pool_separable.values_loop(kw, sw, dw) is pooling.max_pool_values
     assert not pool_separable.takes(3, 3, 1)
 
 

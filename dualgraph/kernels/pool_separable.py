@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import helper, loop
-from .pooling import window_rows
+from .pooling import max_pool_values, window_rows
 from .simd import (WIDE, add, broadcast, broadcast_wide, even_lanes, lanes_of, load_inside,
                    load_like, maximum, maximum_nan, next_lane, next_two_lanes, odd_lanes,
                    store, store_first)
@@ -190,3 +190,11 @@ def max_pool_separable(start, stop, x, best, height, width, ho, wo, kh, kw, sh, 
     else:
         _widths(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh, top, left,
                 lanes)
+
+
+def values_loop(kw: int, sw: int, dw: int):
+    """The max-pool values loop for windows ``kw`` columns wide at column stride ``sw``,
+    column dilation ``dw``: :func:`max_pool_separable` where it :func:`takes` them (each
+    chunk of a row reduced down the window once, the taps across from shuffles: a third of
+    the vector ops on a 3x3/2 window), else ``pooling.max_pool_values``."""
+    return max_pool_separable if takes(kw, sw, dw) else max_pool_values

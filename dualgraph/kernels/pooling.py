@@ -289,20 +289,10 @@ def max_pool_values(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw,
     take the same vectors. Plain maxima (``vmaxps``), and a plane whose read values
     summed to NaN is pooled again NaN-keeping (``llvm.maximum`` costs 2.5x; NaN wins, as
     in torch). Only where :func:`vectorised` (input rows of eight at least, column
-    stride 1 or 2); the common windows take ``pool_separable`` (:func:`values_loop`)."""
+    stride 1 or 2); the common windows take ``pool_separable``
+    (``pool_separable.values_loop``)."""
     _values_widths(start, stop, x, best, height, width, ho, wo, kh, kw, sh, sw, dh, dw, top,
                    left, lanes)
-
-
-def values_loop(kw: int, sw: int, dw: int):
-    """The values loop for windows ``kw`` columns wide at column stride ``sw``, column
-    dilation ``dw``: ``pool_separable.max_pool_separable`` where it ``takes`` them (each
-    chunk of a row reduced down the window once, the taps across from shuffles: a third of the
-    vector ops on a 3x3/2 window), else :func:`max_pool_values`."""
-    from . import pool_separable
-    if pool_separable.takes(kw, sw, dw):
-        return pool_separable.max_pool_separable
-    return max_pool_values
 
 
 # -- separable loops on rows of any width, any float dtype ---------------------------------------

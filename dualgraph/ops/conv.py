@@ -30,6 +30,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from .. import dtypes, kernels
 from ..dispatch import apply
+from ..kernels import pool_separable
 from ..kernels.threads import run_kept, run_rows, threads_for
 from ..kernels.tuning import cores
 from ..shapes import ShapedType, ShapeError, is_static
@@ -1016,8 +1017,9 @@ def _max_values_plan(shape, kernel_size, stride, padding, dilation, ceil_mode):
     final = shape[:-2] + tuple(out_hw)
     geometry = (*hw, *out_hw, *kernel_size, *stride, *dilation, *padding)
     if kernels.pooling.vectorised(hw[1], stride[1]):
-        return _Plan(kernels.pooling.values_loop(kernel_size[1], stride[1], dilation[1]), planes,
-                     (planes, -1), final, geometry + (kernels.pooling.values_lanes(out_hw[1]),))
+        loop = pool_separable.values_loop(kernel_size[1], stride[1], dilation[1])
+        return _Plan(loop, planes, (planes, -1), final,
+                     geometry + (kernels.pooling.values_lanes(out_hw[1]),))
     if kernels.pool_lanes.fits(np.float32, planes, out_hw[1]):
         lanes = kernels.pool_lanes.lanes(planes)
         return _Plan(kernels.pool_lanes.max_pool_lanes, -(-planes // lanes), (-1,), final,
