@@ -16,7 +16,7 @@ import numpy as np
 
 from . import dtypes
 from ._helpers import user_location, user_site
-from .autograd.tape import Node, departures, edge_of, grad_mode, no_grad
+from .autograd.tape import Node, departures, edge_of, grad_mode, no_grad, pack_saved
 from .kernels import recycle
 from .shapes import ShapeError
 from . import tensor as _tensor_module
@@ -206,6 +206,10 @@ def apply(op, *args, **attrs):
         for a in args:
             if isinstance(a, Tensor) and a.requires_grad:
                 _record(op, args, outs, attrs, tracer)
+                if departures["saved_hooks"] and grad_mode.saved_hooks:
+                    # (once the outputs have their node: the hook may run ops)
+                    pack_saved(next(t.grad_fn for t in outs if t.grad_fn is not None),
+                               op.saved_inputs if op.saves_inputs else (), tracer)
                 break
     return out
 
