@@ -197,11 +197,19 @@ ROUND_16 = ["t5_relpos", "gqa_sliding", "efficientnet_ckpt", "stylegan_r1", "une
 # and fmod of negatives, index_reduce_/scatter_reduce_ with include_self=False))
 ROUND_17 = ["kalman_filter", "poincare_embed", "lovasz_seg", "swav_sinkhorn", "normflow_lu",
             "supcon_loader", "arcface_adacos", "svgd_dtypes", "qr_hash_embed"]
+# (and the eighteenth round's: activation offloading (save_on_cpu in the forward,
+# saved_tensors_hooks stashing detached copies in a dict for a gradient check), a gradient
+# scaled by Tensor.register_hook, accumulation with set_to_none, clip_grad_norm_'s returned
+# tensor logged, EMA by _foreach_mul_/_foreach_add_; a whitened sparse variational GP
+# (cholesky with jitter, solve_triangular from the left and the right, the older
+# triangular_solve, matrix_rank, cdist kernels in float64)
+ROUND_18 = ["offload_hooks", "sparse_gp_whiten"]
 FEWER_STEPS = dict.fromkeys(["vit", "unet", "actor_critic", "siamese", "super_resolution",
                              "time_sequence", "gcn"] + NEW_PROGRAMS + ROUND_2 + ROUND_3, 6)
 FEWER_STEPS.update(dict.fromkeys(ROUND_4 + ROUND_5 + ROUND_6 + ROUND_7 + ROUND_8 + ROUND_9
                                  + ROUND_10 + ROUND_11 + ROUND_12 + ROUND_13 + ROUND_14
-                                 + ROUND_15 + ROUND_16 + ROUND_17 + ["bf16_autocast"],
+                                 + ROUND_15 + ROUND_16 + ROUND_17 + ROUND_18
+                                 + ["bf16_autocast"],
                                  4))
 
 
@@ -224,7 +232,7 @@ PROGRAMS = ["gpt", "mnist_cnn", "word_lm", "vae", "dcgan", "resnet_cifar", "seq2
             "vit", "unet", "actor_critic", "siamese", "super_resolution", "time_sequence",
             "gcn", "spatial_transformer", "sentiment_packed"] + NEW_PROGRAMS + ROUND_2 + ROUND_3 \
     + ROUND_4 + ROUND_5 + ROUND_6 + ROUND_7 + ROUND_8 + ROUND_9 + ROUND_10 + ROUND_11 + ROUND_12 \
-    + ROUND_13 + ROUND_14 + ROUND_15 + ROUND_16 + ROUND_17
+    + ROUND_13 + ROUND_14 + ROUND_15 + ROUND_16 + ROUND_17 + ROUND_18
 # graphs a program may need beyond the three below: resnet_cifar's second optimiser has a
 # per-epoch schedule, whose one change retraces (a second would make that lr an input)
 # word_lm's transformer makes its causal mask anew when the batch length changes (the last
