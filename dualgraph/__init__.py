@@ -72,6 +72,8 @@ from .dispatch import (OpError, OpIndexError, OpShapeError, OpTypeError,  # noqa
 from .errors import CaptureError  # noqa: F401
 from .tensor import Size, Tensor  # noqa: F401
 from ._version import __version__  # noqa: F401
+# torch's float constants (``-torch.inf`` in a masked_fill, ``2 * torch.pi``)
+from math import e, inf, nan, pi  # noqa: F401,E402
 
 from .ops import numpy_names as _numpy_names  # noqa: E402
 from .ops import out_argument as _out_argument  # noqa: E402
