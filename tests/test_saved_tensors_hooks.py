@@ -77,6 +77,18 @@ def test_innermost_block_applies_and_save_on_cpu_is_the_identity():
     assert outer.unpacked == 2
 
 
+def test_ops_without_differentiable_outputs_inside_a_block():
+    """An op recorded whose outputs get no gradient (a cast to int64, a comparison) is
+    packed as any other (its node has no outputs pointing to it: it crashed before)."""
+    x = dg.tensor([0.5, -1.0, 2.0], requires_grad=True)
+    with Stash(dg)():
+        as_int, positive = x.long(), x > 0
+        values, _ = x.topk(2)
+        values.sum().backward()
+    assert as_int.tolist() == [0, -1, 2] and positive.tolist() == [True, False, True]
+    np.testing.assert_array_equal(x.grad.numpy(), [1.0, 0.0, 1.0])
+
+
 def test_disable_saved_tensors_hooks_refuses_a_block_with_its_message():
     with dg.autograd.graph.disable_saved_tensors_hooks("no offloading here"):
         with pytest.raises(RuntimeError, match="no offloading here"):
