@@ -43,8 +43,8 @@ from .ops.windows import conv3d, conv_transpose3d, max_pool3d  # noqa: F401
 from .ops.decompositions import det, logdet, matrix_exp, slogdet  # noqa: F401
 from .ops.decompositions import METHODS as _matrix_methods
 # torch's top-level forms: torch.svd returns V (some=True), torch.qr takes some=
-inverse, pinverse, svd, qr, cholesky = (_matrix_methods[k] for k in (
-    "inverse", "pinverse", "svd", "qr", "cholesky"))
+inverse, pinverse, svd, qr, cholesky, triangular_solve = (_matrix_methods[k] for k in (
+    "inverse", "pinverse", "svd", "qr", "cholesky", "triangular_solve"))
 # torch.lu gives (LU, pivots) and torch.lu_solve takes the right-hand side first
 from .ops.lu import _torch_lu as lu, _torch_lu_solve as lu_solve, lu_unpack  # noqa: F401
 from . import distributed, distributions, graph, io, nn, optim, utils  # noqa: F401,E402
@@ -72,6 +72,8 @@ from .dispatch import (OpError, OpIndexError, OpShapeError, OpTypeError,  # noqa
 from .errors import CaptureError  # noqa: F401
 from .tensor import Size, Tensor  # noqa: F401
 from ._version import __version__  # noqa: F401
+# torch's float constants (``-torch.inf`` in a masked_fill, ``2 * torch.pi``)
+from math import e, inf, nan, pi  # noqa: F401,E402
 
 from .ops import numpy_names as _numpy_names  # noqa: E402
 from .ops import out_argument as _out_argument  # noqa: E402

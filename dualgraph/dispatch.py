@@ -16,7 +16,7 @@ import numpy as np
 
 from . import dtypes
 from ._helpers import user_location, user_site
-from .autograd.tape import Node, departures, edge_of, grad_mode, no_grad
+from .autograd.tape import Node, departures, edge_of, grad_mode, no_grad, pack_saved
 from .kernels import recycle
 from .shapes import ShapeError
 from . import tensor as _tensor_module
@@ -205,7 +205,10 @@ def apply(op, *args, **attrs):
             modes.refresh_views(args)
         for a in args:
             if isinstance(a, Tensor) and a.requires_grad:
-                _record(op, args, outs, attrs, tracer)
+                node = _record(op, args, outs, attrs, tracer)
+                if departures["saved_hooks"] and grad_mode.saved_hooks:
+                    # (once the outputs have their node: the hook may run ops)
+                    pack_saved(node, op.saved_inputs if op.saves_inputs else (), tracer)
                 break
     return out
 
@@ -235,11 +238,11 @@ def _run_into_recycled(op, arrays, attrs, recycler):
     return op.kernel(*arrays, out=outs[0] if len(types) == 1 else outs, **attrs)
 
 
-def _record(op, args, outs, attrs, tracer):
-    """Make the backward Node of ``op``'s call and make it the outputs' ``grad_fn``: per
-    input the edge its gradient takes, the versions of the tensors the VJP will read (an
-    in-place change before backward is then an error, not a wrong gradient) and the user's
-    line."""
+def _record(op, args, outs, attrs, tracer) -> Node:
+    """Make (and return) the backward Node of ``op``'s call and make it the outputs'
+    ``grad_fn``: per input the edge its gradient takes, the versions of the tensors the VJP
+    will read (an in-place change before backward is then an error, not a wrong gradient)
+    and the user's line."""
     if tracer is not None:
         args = _freeze(args)
     edges = []
@@ -273,7 +276,7 @@ def _record(op, args, outs, attrs, tracer):
             t.requires_grad = True
             t.grad_fn = node
         if op.num_outputs == 1 and not op.saves_outputs:
-            return
+            return node
     else:
         for i, t in enumerate(outs):
             if (diff is None or i in diff) and t._data.dtype.kind in _FLOAT_KINDS:
@@ -285,6 +288,7 @@ def _record(op, args, outs, attrs, tracer):
         chosen = op.saved_outputs
         node.versions += tuple((t, t._version[0]) for i, t in enumerate(kept)
                                if chosen is None or i in chosen)
+    return node
 
 
 # A node never holds its own outputs: node -> output -> node (the output's ``grad_fn``)

@@ -243,3 +243,13 @@ def test_top_level_functional_names_are_torch_s(name):
     got = FUNCTIONAL[name](dg, dg.tensor(X), dg.tensor(Y))
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
     assert getattr(dg, name) is getattr(dg.nn.functional, name)
+
+
+def test_float_constants_are_torch_s():
+    """``torch.inf``, ``nan``, ``pi`` and ``e`` (Mamba-2's segsum masks with
+    ``-torch.inf``; they were missing): Python floats equal to torch's."""
+    for name in ("inf", "pi", "e"):
+        assert type(getattr(dg, name)) is float and getattr(dg, name) == getattr(torch, name)
+    assert np.isnan(dg.nan)
+    x = dg.zeros(2, 2).masked_fill(dg.tensor([[True, False], [False, True]]), -dg.inf)
+    np.testing.assert_array_equal(x.exp().numpy(), [[0.0, 1.0], [1.0, 0.0]])

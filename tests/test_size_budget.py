@@ -721,10 +721,16 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # (replacing pooling.max_pool_values_unrolled), simd.next_lane and next_two_lanes.
 # ops/ +2, kernels/ -2 (lead, at the merge of i-pool6): values_loop moved to
 # pool_separable (pooling imported it back: an import cycle), ops/conv.py imports it.
-CORE_BUDGET = 35_808
-BUDGETS = {".": 2_518, "amp": 320, "autograd": 1_146, "backends": 40, "capture": 5_407,
+# autograd/ +92, ops/ +22, the package's top level +4 and the core +115, nn/ +39 (issue 26,
+# i-real18): torch.autograd.graph (autograd/graph.py: saved_tensors_hooks, save_on_cpu,
+# disable_saved_tensors_hooks; tape.pack_saved and unpacked_inputs), triangular_solve,
+# linspace by torch's float32 arithmetic (affine_grid's identity grid on the same side of
+# each pixel centre), torch.inf/nan/pi/e; nn/encoder_fastpath.py (TransformerEncoder's
+# padded positions zero where torch's nested tensors are).
+CORE_BUDGET = 35_923
+BUDGETS = {".": 2_522, "amp": 320, "autograd": 1_238, "backends": 40, "capture": 5_407,
            "cli": 320, "codegen": 1_369, "distributed": 1_730, "graph": 1_120, "kernels": 7_732,
-           "ops": 12_326, "passes": 4_199, "export": 3_876, "nn": 5_367, "optim": 1_867,
+           "ops": 12_348, "passes": 4_199, "export": 3_876, "nn": 5_406, "optim": 1_867,
            "profiler": 440, "utils": 600, "distributions": 1_459, "func": 360}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,

@@ -197,11 +197,33 @@ ROUND_16 = ["t5_relpos", "gqa_sliding", "efficientnet_ckpt", "stylegan_r1", "une
 # and fmod of negatives, index_reduce_/scatter_reduce_ with include_self=False))
 ROUND_17 = ["kalman_filter", "poincare_embed", "lovasz_seg", "swav_sinkhorn", "normflow_lu",
             "supcon_loader", "arcface_adacos", "svgd_dtypes", "qr_hash_embed"]
+# (and the eighteenth round's: activation offloading (save_on_cpu in the forward,
+# saved_tensors_hooks stashing detached copies in a dict for a gradient check), a gradient
+# scaled by Tensor.register_hook, accumulation with set_to_none, clip_grad_norm_'s returned
+# tensor logged, EMA by _foreach_mul_/_foreach_add_; a whitened sparse variational GP
+# (cholesky with jitter, solve_triangular from the left and the right, the older
+# triangular_solve, matrix_rank, cdist kernels in float64); Mamba-2's chunked SSD scan
+# (segsum by cumsum and -torch.inf masks, five-operand einsums, a state carried across
+# chunk-by-chunk calls); a token-choice MoE (topk routing renormalised, scatter_add_ loads,
+# a stable argsort dispatch through index_select and index_add_, bmm over stacked experts,
+# z-loss by logsumexp, host-side boundaries by tolist outside the step); a PixelCNN (masks
+# in registered buffers written by slice assignment, weight.data *= mask in forward, a
+# 4-D cross entropy, raster-order greedy sampling); a CTC speech model (a strided conv
+# front end, output lengths by floor division of a lengths tensor, a bidirectional GRU,
+# ctc_loss with zero_infinity on an infeasible utterance, greedy collapse); a U-Net at odd
+# sizes (bilinear resizes by scale and by size with F.pad, Upsample with
+# recompute_scale_factor, nearest-exact and area targets) behind an identity-initialised
+# STN (border, reflection and nearest grid_sample); and a TransformerEncoder classifier
+# mean-pooling over padded positions in eval, with an nn.Transformer decoding greedily
+# from a memory attended without its padding mask)
+ROUND_18 = ["offload_hooks", "sparse_gp_whiten", "ssd_chunked", "moe_sorted_dispatch",
+            "pixelcnn_masked", "ctc_speech", "unet_resize_odd", "encoder_padded_pool"]
 FEWER_STEPS = dict.fromkeys(["vit", "unet", "actor_critic", "siamese", "super_resolution",
                              "time_sequence", "gcn"] + NEW_PROGRAMS + ROUND_2 + ROUND_3, 6)
 FEWER_STEPS.update(dict.fromkeys(ROUND_4 + ROUND_5 + ROUND_6 + ROUND_7 + ROUND_8 + ROUND_9
                                  + ROUND_10 + ROUND_11 + ROUND_12 + ROUND_13 + ROUND_14
-                                 + ROUND_15 + ROUND_16 + ROUND_17 + ["bf16_autocast"],
+                                 + ROUND_15 + ROUND_16 + ROUND_17 + ROUND_18
+                                 + ["bf16_autocast"],
                                  4))
 
 
@@ -224,7 +246,7 @@ PROGRAMS = ["gpt", "mnist_cnn", "word_lm", "vae", "dcgan", "resnet_cifar", "seq2
             "vit", "unet", "actor_critic", "siamese", "super_resolution", "time_sequence",
             "gcn", "spatial_transformer", "sentiment_packed"] + NEW_PROGRAMS + ROUND_2 + ROUND_3 \
     + ROUND_4 + ROUND_5 + ROUND_6 + ROUND_7 + ROUND_8 + ROUND_9 + ROUND_10 + ROUND_11 + ROUND_12 \
-    + ROUND_13 + ROUND_14 + ROUND_15 + ROUND_16 + ROUND_17
+    + ROUND_13 + ROUND_14 + ROUND_15 + ROUND_16 + ROUND_17 + ROUND_18
 # graphs a program may need beyond the three below: resnet_cifar's second optimiser has a
 # per-epoch schedule, whose one change retraces (a second would make that lr an input)
 # word_lm's transformer makes its causal mask anew when the batch length changes (the last
@@ -285,7 +307,10 @@ PROGRAMS = ["gpt", "mnist_cnn", "word_lm", "vae", "dcgan", "resnet_cifar", "seq2
 # tabular_bins' tag bags have another total length at each batch (embedding_bag's offsets
 # compare symbolic sizes: static, a graph per length)
 # supcon_loader's loader gives a shorter last batch (a graph at its size, then symbolic)
-EXTRA_GRAPHS = {"supcon_loader": 1, "t5_relpos": 1, "gqa_sliding": 2, "tabular_bins": 1,
+# ssd_chunked's compiled model is trained, then run whole on another batch size, and
+# streamed chunk by chunk with no state and then with the carried one (None, then a
+# tensor: a graph each, as TorchDynamo guards on both)
+EXTRA_GRAPHS = {"ssd_chunked": 1, "supcon_loader": 1, "t5_relpos": 1, "gqa_sliding": 2, "tabular_bins": 1,
                 "hparam_search": 1, "grad_hooks_unused": 1,
                 "box_coder_ap": 1, "caption_decoder": 1,
                 "kv_cache_hooks": 5, "streaming_iterable": 1,

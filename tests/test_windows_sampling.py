@@ -205,3 +205,39 @@ def test_conv3d_layer_padding_modes_match_torch(mode):
     ours.load_state_dict({k: dg.tensor(v.numpy()) for k, v in ref.state_dict().items()})
     assert repr(ours) == repr(ref)
     compare(lambda lib, F, x: (ours if lib is dg else ref)(x), _x(1, 2, 4, 5, 6))
+
+
+def test_linspace_is_torchs_bit_for_bit_in_float32():
+    """torch's CPU linspace: a float32 step, the first half from the start and the second
+    from the end, each by a fused multiply-add (NumPy's float64 values, rounded, were an ulp
+    off at many points)."""
+    import torch
+    for start, end in [(-1, 1), (0, 1), (-3.3, 7.1), (2, -5), (1e-3, 5e4)]:
+        for steps in [0, 1, 2, 3, 7, 11, 13, 16, 17, 33, 100, 257]:
+            want = torch.linspace(start, end, steps).numpy()
+            np.testing.assert_array_equal(dg.linspace(start, end, steps).numpy(), want)
+
+
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("size", [(2, 3, 13, 11), (1, 2, 7, 9), (3, 1, 5, 6)])
+def test_identity_warp_gradient_matches_torch(size, padding):
+    """At the identity (where spatial transformers start) every grid point of
+    ``align_corners=False`` lies on a pixel centre, a kink of bilinear sampling: torch's
+    grid is its linspace's and its pixel position a fused multiply-add, and which side of
+    the centre a point falls on decides theta's gradient. Before, dualgraph's grid was an
+    ulp off at 13 x 11 and gave another gradient."""
+    import torch
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=size).astype(np.float32)
+    w = rng.normal(size=size).astype(np.float32)
+    theta = np.tile(np.eye(2, 3, dtype=np.float32), (size[0], 1, 1))
+    got = {}
+    for lib in (torch, dg):
+        th = lib.tensor(theta, requires_grad=True)
+        grid = lib.nn.functional.affine_grid(th, size, align_corners=False)
+        out = lib.nn.functional.grid_sample(lib.tensor(x), grid, padding_mode=padding,
+                                            align_corners=False)
+        (out * lib.tensor(w)).sum().backward()
+        got[lib] = grid.detach().numpy(), th.grad.numpy()
+    np.testing.assert_array_equal(got[dg][0], got[torch][0])
+    np.testing.assert_allclose(got[dg][1], got[torch][1], rtol=1e-5, atol=1e-5)

@@ -20,7 +20,8 @@ from ..ops import creation
 from ..ops.shape import stack
 from ..shapes import numel
 from ..tensor import Tensor
-from .tape import AccumulateGrad, Node, departures, grad_mode, set_grad_enabled
+from .tape import (AccumulateGrad, Node, departures, grad_mode, set_grad_enabled,
+                   unpacked_inputs)
 
 
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
@@ -238,7 +239,9 @@ def _propagate(pending, ready, owned, captured, capture, inputs, results, retain
                 _free(node)
             continue
         inputs_of = node.inputs   # (before _free drops them)
-        input_grads = _call_vjp(node, grads)
+        if node.packed and inputs_of is not None:
+            inputs_of = unpacked_inputs(node)
+        input_grads = _call_vjp(node, grads, inputs_of)
         if not retain_graph:   # (_free, inlined but for an op's own release)
             node.inputs = node.outputs = None
             node.versions = ()
@@ -323,7 +326,7 @@ def _add_block(pending, ready, owned, node, grads) -> bool:
     node, a gradient not of the block's shape and the input's dtype."""
     g, edge, inputs = grads.get(0), node._next[0], node.inputs
     if (grad_mode.enabled or modes.tracer is not None or g is None or edge is None
-            or inputs is None or node.versions or type(g) is not Tensor
+            or inputs is None or node.versions or node.packed or type(g) is not Tensor
             or (departures["anomaly"] and grad_mode.anomaly)):
         return False
     like, key = inputs[0]._data, node.op.grad_block(**node.attrs)
@@ -349,8 +352,9 @@ def _add_block(pending, ready, owned, node, grads) -> bool:
     return True
 
 
-def _call_vjp(node: Node, grads: dict):
-    op, inputs = node.op, node.inputs
+def _call_vjp(node: Node, grads: dict, inputs):
+    """Run ``node``'s VJP on ``grads`` (by output index), ``inputs`` its (unpacked) inputs."""
+    op = node.op
     if inputs is None:   # (freed)
         raise RuntimeError(
             f"trying to backward through the graph a second time at {node!r} (saved values "

@@ -19,6 +19,7 @@ import itertools
 import threading
 
 from .._helpers import format_site, short_location
+from ..errors import CaptureError
 
 
 class _GradMode(threading.local):
@@ -26,6 +27,8 @@ class _GradMode(threading.local):
     anomaly = False
     in_backward = False   # the engine is running VJPs (forward NaN checks stay quiet)
     partial = False       # ... for some gradients only (grad(), backward(inputs=...))
+    saved_hooks = ()      # (pack, unpack) pairs of saved_tensors_hooks blocks, innermost last
+    saved_hooks_off = None   # disable_saved_tensors_hooks' message while one is active
 
 
 grad_mode = _GradMode()
@@ -34,7 +37,7 @@ grad_mode = _GradMode()
 # default (``enabled`` off, ``anomaly`` on). Reading a thread-local flag costs several times
 # a plain lookup, and dispatch asks for two at every op: where a count is 0 every thread has
 # the default, so the op skips the thread-local read (an exact shortcut, never a guess).
-departures = {"enabled": 0, "anomaly": 0}
+departures = {"enabled": 0, "anomaly": 0, "saved_hooks": 0}
 _departures_lock = threading.Lock()   # (threads enter and leave blocks at once)
 
 
@@ -197,6 +200,7 @@ class Node:
     __slots__ = ("op", "inputs", "outputs", "attrs", "_next", "versions", "site", "seq",
                  "__dict__", "__weakref__")
     hooks = None     # {output index: [hook, ...]} from register_hook on outputs
+    packed = False   # some inputs are :class:`Packed` (saved_tensors_hooks; autograd/graph.py)
 
     def __init__(self, op, inputs, outputs, attrs, next_nodes, versions, site):
         """``next_nodes``: per input, its edge as :func:`edge_of` gives it, or None."""
@@ -252,6 +256,69 @@ def _describe(x) -> str:
     short = {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16",
              "int32": "i32", "int64": "i64", "bool": "bool"}.get(dt.name, dt.name)
     return f"{short}[{','.join(map(str, shape))}]"
+
+
+class Packed:
+    """A saved input as a ``saved_tensors_hooks`` pack hook returned it, with the unpack
+    hook that gives the tensor back when the VJP runs (autograd/graph.py), and whether the
+    input required grad (the VJP asks the tensor it gets)."""
+
+    __slots__ = ("value", "unpack", "requires_grad")
+
+    def __init__(self, value, unpack, requires_grad):
+        self.value, self.unpack, self.requires_grad = value, unpack, requires_grad
+
+
+def pack_saved(node: Node, saved, tracer) -> None:
+    """Hand the tensors ``node``'s VJP reads (inputs ``saved``, None: all) to the innermost
+    active pack hook, and keep what it returns in their place (torch's saved tensor hooks:
+    the node holds the packed objects, and unpacks them when its VJP runs). While
+    ``tracer`` builds a graph, user hooks are a graph break: they would run once, at the
+    trace, not at each call."""
+    hooks = grad_mode.saved_hooks[-1]
+    if hooks is None:   # (save_on_cpu's: an identity on the CPU)
+        return
+    pack, unpack = hooks
+    if getattr(tracer, "graph", None) is not None:   # (a block entered eagerly
+        raise CaptureError(                          # around a compiled call)
+            f"{node.op.name} recorded inside saved_tensors_hooks", node.location,
+            "Its pack and unpack hooks run Python for each saved tensor: the call runs "
+            "eagerly (a graph break). Call the compiled function outside the block.")
+    inputs = list(node.inputs)
+    active, grad_mode.saved_hooks = grad_mode.saved_hooks, ()   # (the hook's own ops
+    try:                                                         # save as they are)
+        for i, a in enumerate(inputs):
+            if hasattr(a, "_data") and (saved is None or i in saved):
+                inputs[i] = Packed(pack(a), unpack, a.requires_grad)
+                node.packed = True
+    finally:
+        grad_mode.saved_hooks = active
+    node.inputs = tuple(inputs)
+
+
+def unpacked_inputs(node: Node) -> tuple:
+    """``node``'s inputs with each :class:`Packed` one given back by its unpack hook (at
+    every backward through the node, as torch calls it)."""
+    if grad_mode.enabled:
+        raise NotImplementedError(
+            f"a backward with create_graph=True through {node.op.name} (called at "
+            f"{node.location}), whose saved tensors went through saved_tensors_hooks: the "
+            "unpacked tensors have no history to differentiate again. Leave that forward "
+            "outside the hooks' block")
+    out = []
+    for a in node.inputs:
+        if type(a) is Packed:
+            t = a.unpack(a.value)
+            if not hasattr(t, "_data"):
+                raise TypeError(f"the unpack hook of saved_tensors_hooks returned "
+                                f"{type(t).__name__}, not a tensor (for the gradient of "
+                                f"{node.op.name}, called at {node.location})")
+            if t.requires_grad != a.requires_grad:   # (a pack hook's detached copy: the
+                t = t.detach()                       # VJP reads the flag, as torch's
+                t.requires_grad = a.requires_grad    # unpacking restores it)
+            a = t
+        out.append(a)
+    return tuple(out)
 
 
 class AccumulateGrad:

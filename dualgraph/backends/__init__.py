@@ -10,4 +10,4 @@ dualgraph has no cuDNN, CUDA or MPS backend.
 >>> dg.backends.mps.is_available()
 False
 """
-from . import cuda, cudnn, mps  # noqa: F401
+from . import cuda, cudnn, mha, mps  # noqa: F401

@@ -39,6 +39,7 @@ from . import functional as F
 from .functional import multi_head_attention_forward, scaled_dot_product_attention  # noqa: F401
 from . import init
 from .containers import ModuleList
+from .encoder_fastpath import nested_fast_path, why_not_nested, zero_padded
 from .layers import Dropout, LayerNorm, Linear
 from .layers._util import check_device, new_parameter, optional_parameter
 from .module import Module
@@ -271,9 +272,9 @@ def _clones(layer, n: int) -> ModuleList:
 class TransformerEncoder(Module):
     """``num_layers`` copies of ``encoder_layer`` applied in turn, then ``norm`` if given.
 
-    ``forward(src, mask=None, src_key_padding_mask=None, is_causal=None)``.
-    ``enable_nested_tensor`` and ``mask_check`` are accepted for torch compatibility (there
-    are no nested tensors here).
+    ``forward(src, mask=None, src_key_padding_mask=None, is_causal=None)``. There are no
+    nested tensors here, but where torch's would run (``enable_nested_tensor``, inference,
+    a padding mask: nn/encoder_fastpath.py) the padded positions come out zero as torch's.
 
     >>> import dualgraph as dg
     >>> enc = TransformerEncoder(TransformerEncoderLayer(16, 4, 32), num_layers=2)
@@ -288,6 +289,7 @@ class TransformerEncoder(Module):
         self.num_layers = num_layers
         self.norm = norm
         self.enable_nested_tensor = enable_nested_tensor
+        self.use_nested_tensor = enable_nested_tensor and not why_not_nested(encoder_layer)
         self.mask_check = mask_check
 
     def forward(self, src, mask=None, src_key_padding_mask=None, is_causal=None):
@@ -295,6 +297,8 @@ class TransformerEncoder(Module):
         for layer in self.layers:
             output = layer(output, src_mask=mask, src_key_padding_mask=src_key_padding_mask,
                            is_causal=bool(is_causal))
+        if nested_fast_path(self, src, mask, src_key_padding_mask):
+            output = zero_padded(output, src_key_padding_mask, self.mask_check)
         return output if self.norm is None else self.norm(output)
 
 

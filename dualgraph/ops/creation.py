@@ -170,8 +170,25 @@ def _arange_of_symbolic_length(end, dtype, requires_grad, device) -> Tensor:
 
 
 def linspace(start, end, steps: int, dtype=None, device=None, requires_grad=False) -> Tensor:
-    return _finish(np.linspace(start, end, steps, dtype=np.float64).astype(_float_dtype(dtype)),
-                   requires_grad, device)
+    return _finish(linspace_values(start, end, steps, _float_dtype(dtype)), requires_grad,
+                   device)
+
+
+def linspace_values(start, end, steps: int, dt: np.dtype) -> np.ndarray:
+    """``torch.linspace``'s values in ``dt``. In float32, bit for bit torch's CPU kernel:
+    the step ``(end - start) / (steps - 1)`` rounded to float32, the first half
+    ``start + step * i`` and the second ``end - step * (steps - 1 - i)``, each one fused
+    multiply-add (exact in float64, then rounded once). NumPy's values differ from those
+    by an ulp at some points, which moves a grid coordinate across a pixel
+    (``affine_grid``, then ``grid_sample``'s gradient at the pixel's edge) or a bin edge.
+    Other dtypes: NumPy's float64 values, rounded."""
+    if dt != np.float32 or steps < 2:
+        return np.linspace(start, end, steps, dtype=np.float64).astype(dt)
+    lo, hi = np.float32(start), np.float32(end)
+    step = np.float64((hi - lo) / np.float32(steps - 1))
+    i = np.arange(steps)
+    return np.where(i < steps // 2, np.float64(lo) + step * i,
+                    np.float64(hi) - step * (steps - 1 - i)).astype(np.float32)
 
 
 def logspace(start, end, steps: int, base=10.0, dtype=None, device=None,

@@ -17,6 +17,8 @@ are in ``dualgraph/linalg.py``. Only float32 and float64 are taken, as torch's C
 """
 from __future__ import annotations
 
+from collections import namedtuple
+
 import numpy as np
 
 from ..dispatch import apply
@@ -414,6 +416,19 @@ def solve_triangular(A, B, *, upper, left=True, unitriangular=False):
     return solve(tri, B) if left else _mT(solve(_mT(tri), _mT(B)))
 
 
+TriangularSolveResult = namedtuple("triangular_solve", ["solution", "cloned_coefficient"])
+
+
+def triangular_solve(b, A, upper=True, transpose=False, unitriangular=False):
+    """``torch.triangular_solve`` (the older spelling, right-hand side first): X with
+    ``op(A) X = b``, op(A) being ``A`` or its transpose, and a copy of ``A`` broadcast to
+    the batch dims of both (as torch's)."""
+    tri = _mT(A) if transpose else A
+    x = solve_triangular(tri, b, upper=upper != transpose, unitriangular=unitriangular)
+    batch = broadcast_shapes(tuple(A.shape[:-2]), tuple(b.shape[:-2]))
+    return TriangularSolveResult(x, shape_ops.expand(A, batch + tuple(A.shape[-2:])).clone())
+
+
 def _torch_svd(A, some=True, compute_uv=True):
     """``torch.svd``: (U, S, V) (V, not Vh), reduced unless ``some=False``."""
     u, s, vh = svd(A, full_matrices=not some)
@@ -427,4 +442,4 @@ def _torch_qr(A, some=True):
 METHODS = {"det": det, "logdet": logdet, "slogdet": slogdet, "inverse": inv,
            "pinverse": lambda self, rcond=1e-15: pinv(self, rtol=rcond),
            "svd": _torch_svd, "qr": _torch_qr, "cholesky": cholesky,
-           "matrix_exp": matrix_exp}
+           "matrix_exp": matrix_exp, "triangular_solve": triangular_solve}

@@ -23,6 +23,7 @@ import math
 
 import numpy as np
 
+from .. import dtypes
 from ..shapes import ShapeError
 from . import creation, elementwise as ew, index, linalg
 from . import shape as shape_ops
@@ -32,10 +33,15 @@ __all__ = ["affine_grid", "grid_sample"]
 _PADDING_MODES = ("zeros", "border", "reflection")
 
 
-def _base_coordinates(size: int, align_corners: bool) -> np.ndarray:
-    """The normalised coordinates of ``size`` pixel centres (or corners)."""
-    lin = np.linspace(-1.0, 1.0, size)
-    return lin if align_corners else lin * (size - 1) / size
+def _base_coordinates(size: int, align_corners: bool, dt: np.dtype) -> np.ndarray:
+    """The normalised coordinates of ``size`` pixel centres (or corners) in ``dt``, by
+    torch's arithmetic (its linspace, then ``* (size - 1)`` and ``/ size`` rounded each):
+    an ulp off would put a centre on the other side of a pixel edge, where
+    ``grid_sample``'s gradient with respect to the grid jumps."""
+    if size <= 1:
+        return np.zeros(size, dt)
+    lin = creation.linspace_values(-1.0, 1.0, size, dt)
+    return lin if align_corners else (lin * dt.type(size - 1)) / dt.type(size)
 
 
 def affine_grid(theta, size, align_corners=None):
@@ -53,9 +59,10 @@ def affine_grid(theta, size, align_corners=None):
     if not theta.dtype.is_floating_point:
         raise TypeError(f"affine_grid: theta must be floating point, got {theta.dtype}")
     spatial = size[2:]
-    axes = np.meshgrid(*[_base_coordinates(s, bool(align_corners)) for s in spatial],
+    dt = dtypes.to_np(theta.dtype)
+    axes = np.meshgrid(*[_base_coordinates(s, bool(align_corners), dt) for s in spatial],
                        indexing="ij")
-    base = np.stack(list(axes[::-1]) + [np.ones(spatial)], -1).reshape(-1, k + 1)
+    base = np.stack(list(axes[::-1]) + [np.ones(spatial, dt)], -1).reshape(-1, k + 1)
     grid = linalg.matmul(creation.tensor(base, dtype=theta.dtype), linalg.mT(theta))
     return shape_ops.reshape(grid, [size[0]] + spatial + [k])
 
@@ -78,10 +85,18 @@ def _reflect(c, twice_low: int, twice_high: int):
 
 
 def _unnormalize(coord, size: int, align_corners: bool):
-    """Pixel positions of normalised coordinates along an axis of ``size`` pixels."""
+    """Pixel positions of normalised coordinates along an axis of ``size`` pixels. Without
+    ``align_corners``, torch's CPU kernels compute ``(coord + 1) * (size / 2) - 0.5`` as one
+    fused multiply-add: in float32 that is done here too (exact in float64, rounded once),
+    so that a grid point at a pixel centre (an identity ``affine_grid``, where spatial
+    transformers start) falls on the same side of it as in torch, and so takes the same
+    one-sided gradient with respect to the grid."""
     if align_corners:
         return (coord + 1) * ((size - 1) / 2)
-    return ((coord + 1) * size - 1) / 2
+    shifted = coord + 1
+    if shifted.dtype == dtypes.float32:
+        return (shifted.to(dtypes.float64) * (size / 2) - 0.5).to(dtypes.float32)
+    return shifted * (size / 2) - 0.5
 
 
 def _source(coord, size: int, padding_mode: str, align_corners: bool):
