@@ -356,7 +356,8 @@ CREDIT_NS = 16_000_000
 class Backoff:
     """Whether the next call shares its work with another thread, from what the last ones
     showed: plain bookkeeping, apart from any thread, so it can be tested. The caller asks
-    :meth:`share` once per call and, after a shared one, reports it to :meth:`settle`."""
+    :meth:`share` once per call and, after a shared one, reports it to :meth:`settle`
+    (the relay: to :meth:`weigh`)."""
 
     def __init__(self):
         self.alone = 0                      # calls to run alone, backing off
