@@ -22,9 +22,11 @@ last finish. A call whose last job finished later after the first finish than th
 job had taken is a stall: the caller waited longer for the others than running their
 ranges itself would have taken, because a worker was busy elsewhere or not scheduled
 (other processes on these cores, another engine's threads polling for work, other Python
-threads handing it work), whether it started late or was preempted midway. Such stalls
-feed ``tuning.Backoff``; while it backs off :func:`run` hands nothing over and the caller
-runs the whole range itself. (OpenBLAS's own threaded GEMMs wait for its worker the same
+threads handing it work), whether it started late or was preempted midway. Each call's
+time saved and time waited feed ``tuning.Backoff.weigh`` (a stall of a time slice now and
+then is paid for by the calls around it; stalls that cost more than the sharing saves are
+not); while it backs off :func:`run` hands nothing over and the caller runs the whole
+range itself. (OpenBLAS's own threaded GEMMs wait for its worker the same
 way, and are left as they are: OpenBLAS gives different bits on one thread and two for
 most shapes, so running them alone while backing off would make results depend on the
 host's load.)
@@ -62,12 +64,13 @@ def relay(job, block, board):
         last = seen
 
 
-def stalled(board: np.ndarray) -> bool:
-    """Whether a call whose relays kept ``board`` waited for its last job longer after the
-    first finish than the first job took: running the others' ranges on the caller would
-    have been quicker (a worker that started late, or was preempted midway)."""
+def balance(board: np.ndarray) -> tuple[int, int]:
+    """``(saved, waited)`` ns of a call whose relays kept ``board``: the first job's time
+    (about what running the others' ranges on the caller would have added) and the wait
+    after it for the last. A stall where ``waited > saved``: running them on the caller
+    would have been quicker (a worker that started late, or was preempted midway)."""
     start, first, last = int(board[FIRST_START]), int(board[FIRST_END]), int(board[LAST_END])
-    return last - first > first - start
+    return first - start, last - first
 
 
 def count() -> int:
@@ -118,5 +121,5 @@ def run(address: int, blocks: np.ndarray) -> bool:
     relays[:jobs, 1] = blocks.ctypes.data + blocks.strides[0] * np.arange(jobs)
     relays[:jobs, 2] = board
     tuning.openblas().run(jobs, _relay_address[0], relays.ctypes.data, relays.strides[0])
-    backoff.settle(stalled(relays[jobs]))
+    backoff.weigh(*balance(relays[jobs]))
     return True

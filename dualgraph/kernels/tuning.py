@@ -341,12 +341,23 @@ def matvec_helper() -> bool:
 # halves the count again.
 NEAR, WINDOW, MIN_SHARE = 256, 512, 0.2
 FIRST_BACKOFF, MAX_BACKOFF = 32, 16_384
+# The relay's calls (``blas_threads.run``) are judged by time instead: each shared call
+# saved about its first job's time (the caller would have run the others' ranges after its
+# own) and lost what it waited after that; their balance, capped at CREDIT_NS, going below
+# zero backs off as above. A batch-1 CNN on a loaded host meets a stall of a time slice
+# (~4 ms) in some twenty calls that each save a few hundred microseconds: counted as
+# stalls, the second within NEAR calls backed it off for good; weighed, it shares on. The
+# cap bounds what a run of stalls may cost before backing off; the calls start (and start
+# again after backing off) with a quarter of it, so that one slice-long stall among the
+# first calls (a worker woken from its sleep, a host busy for a moment) does not back off.
+CREDIT_NS = 16_000_000
 
 
 class Backoff:
     """Whether the next call shares its work with another thread, from what the last ones
     showed: plain bookkeeping, apart from any thread, so it can be tested. The caller asks
-    :meth:`share` once per call and, after a shared one, reports it to :meth:`settle`."""
+    :meth:`share` once per call and, after a shared one, reports it to :meth:`settle`
+    (the relay: to :meth:`weigh`)."""
 
     def __init__(self):
         self.alone = 0                      # calls to run alone, backing off
@@ -354,6 +365,7 @@ class Backoff:
         self.since_stall = NEAR + 1         # shared calls since the last stall
         self.posted = 0                     # chunks posted this window (helper awake)
         self.helped = 0                     # the helper's count when the window began
+        self.credit = CREDIT_NS // 4        # ns the relay's shared calls saved, net
         self.stalls = 0                     # stalls seen in all (reported)
         self.backed_off = 0                 # times it backed off (reported)
 
@@ -382,6 +394,21 @@ class Backoff:
                 else:
                     self.backoff = max(FIRST_BACKOFF, self.backoff // 2)
                     self.posted, self.helped = 0, helped
+
+    def weigh(self, saved_ns: int, waited_ns: int) -> None:
+        """After a shared call of the relay: its first job took ``saved_ns`` (what the
+        sharing saved, about) and the caller then waited ``waited_ns`` for the last (a
+        stall where that is longer). Backs off where the net of the last calls' savings,
+        capped at ``CREDIT_NS``, turns negative; a full credit makes the next back-off
+        short again."""
+        if waited_ns > saved_ns:
+            self.stalls += 1
+        self.credit = min(CREDIT_NS, self.credit + saved_ns - waited_ns)
+        if self.credit < 0:
+            self.credit = CREDIT_NS // 4
+            self._back_off(0)
+        elif self.credit == CREDIT_NS:
+            self.backoff = FIRST_BACKOFF
 
     def _back_off(self, helped: int):
         self.alone, self.backoff = self.backoff, min(2 * self.backoff, MAX_BACKOFF)
