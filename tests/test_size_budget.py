@@ -730,7 +730,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # kernels/ +8 and the core +8 (issue 26, i-thr3): tuning.Backoff.weigh, the relay's
 # back-off weighing each shared call's time saved against its wait (counting stalls backed
 # a batch-1 CNN on a loaded host off for good), blas_threads.balance.
-CORE_BUDGET = 35_931
+# the core +3 (lead, at the merge of both): their folders' counts summed.
+CORE_BUDGET = 35_934
 BUDGETS = {".": 2_522, "amp": 320, "autograd": 1_238, "backends": 40, "capture": 5_407,
            "cli": 320, "codegen": 1_369, "distributed": 1_730, "graph": 1_120, "kernels": 7_740,
            "ops": 12_348, "passes": 4_199, "export": 3_876, "nn": 5_406, "optim": 1_867,

@@ -289,7 +289,8 @@ class TransformerEncoder(Module):
         self.num_layers = num_layers
         self.norm = norm
         self.enable_nested_tensor = enable_nested_tensor
-        self.use_nested_tensor = enable_nested_tensor and not why_not_nested(encoder_layer)
+        self.use_nested_tensor = (enable_nested_tensor and isinstance(
+            encoder_layer, TransformerEncoderLayer) and not why_not_nested(encoder_layer))
         self.mask_check = mask_check
 
     def forward(self, src, mask=None, src_key_padding_mask=None, is_causal=None):

@@ -11,20 +11,18 @@ same positions under the same conditions (:func:`nested_fast_path` and
 """
 from __future__ import annotations
 
-from ..amp import is_autocast_enabled
 from ..autograd.tape import is_grad_enabled
-from ..backends import mha
+from ..dispatch import autocast
 from ..ops import elementwise as ew
 
 _RELU_OR_GELU = ("relu", "gelu", "ReLU", "GELU")
+# torch's switch for its fast path (``dg.backends.mha.set_fastpath_enabled``, which sets it)
+fastpath_enabled = [True]
 
 
 def why_not_nested(layer) -> str:
     """Why torch's ``TransformerEncoder.__init__`` turns its nested tensors off for
-    copies of ``layer`` ("" where it keeps them on)."""
-    from .attention import TransformerEncoderLayer
-    if not isinstance(layer, TransformerEncoderLayer):
-        return "encoder_layer was not TransformerEncoderLayer"
+    copies of the ``TransformerEncoderLayer`` ``layer`` ("" where it keeps them on)."""
     attn = layer.self_attn
     activation = getattr(layer.activation, "__name__", type(layer.activation).__name__)
     reasons = [(layer.norm_first, "norm_first was True"),
@@ -42,9 +40,9 @@ def nested_fast_path(encoder, src, mask, src_key_padding_mask) -> bool:
     (leaving aside the padding's alignment, which :func:`zero_padded` checks in the
     tensors)."""
     first = encoder.layers[0]
-    if (not mha.get_fastpath_enabled() or not getattr(encoder, "use_nested_tensor", False)
+    if (not fastpath_enabled[0] or not getattr(encoder, "use_nested_tensor", False)
             or first.training or src.dim() != 3 or src_key_padding_mask is None
-            or mask is not None or is_autocast_enabled()):
+            or mask is not None or autocast.dtype is not None):
         return False
     return not (is_grad_enabled() and (src.requires_grad or any(
         p.requires_grad for p in first.parameters())))
