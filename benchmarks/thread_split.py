@@ -13,6 +13,10 @@ counts there). Printed per model and batch: the shares of node time, and the nod
 least ``--min-us`` with less than half their time shared, grouped by op and loops (of
 the call with the least node time). Wall time on a loaded host says little about the
 split; this says it whatever the load.
+
+``--workloads W1,W3`` does the same for eager training steps (``benchmarks/run.py``'s
+workloads, their ``build`` on dualgraph): each eager op (forward, backward and optimiser
+ops alike, keyed by position, op and input shapes) in place of a node, ``--calls`` steps.
 """
 from __future__ import annotations
 
@@ -60,25 +64,54 @@ def split(make, x: np.ndarray, calls: int) -> list:
         with profile(record_shapes=True) as prof, thread_use.recording() as loops:
             for _ in range(calls):
                 compiled(dx)
+    return [_with_loops(program.cpu_children, loops, prof._base)
+            for program in prof.events() if program.kind == "program"]
+
+
+def _with_loops(events, loops: list, base: int | None) -> dict:
+    """``{key: [ns, asked ns, ran ns, {loop: threads asked}]}`` of the profiler's
+    ``events`` (nodes or eager ops) with the shared-loop calls ``loops`` that began inside
+    each (``thread_use``'s records, on ``perf_counter_ns`` from ``base``, the events'
+    zero)."""
     starts = np.array([c[3] for c in loops], np.int64)
-    base = prof._base or 0     # (the events' zero on perf_counter_ns)
-    per_call = []
-    for program in (e for e in prof.events() if e.kind == "program"):
-        nodes = {}
-        for i, e in enumerate(program.cpu_children):
-            nodes[i, e.name.split("::", 1)[-1], str(e.input_shapes)] = node = [
-                1e3 * e.cpu_time_total, 0.0, 0.0, {}]
-            first, last = int(base + 1e3 * e.start_us), int(base + 1e3 * e.end_us)
-            for j in range(np.searchsorted(starts, first), np.searchsorted(starts, last)):
-                name, asked, ran, start, end = loops[j]
-                node[3][name] = max(node[3].get(name, 1), asked)
-                node[1] += (end - start) * (asked > 1)
-                node[2] += (end - start) * (ran > 1)
-        per_call.append(nodes)
-    return per_call
+    nodes = {}
+    for i, e in enumerate(events):
+        nodes[i, e.name.split("::", 1)[-1], str(e.input_shapes)] = node = [
+            1e3 * e.cpu_time_total, 0.0, 0.0, {}]
+        first, last = int((base or 0) + 1e3 * e.start_us), int((base or 0) + 1e3 * e.end_us)
+        for j in range(np.searchsorted(starts, first), np.searchsorted(starts, last)):
+            name, asked, ran, start, end = loops[j]
+            node[3][name] = max(node[3].get(name, 1), asked)
+            node[1] += (end - start) * (asked > 1)
+            node[2] += (end - start) * (ran > 1)
+    return nodes
 
 
-def report(name: str, batch: int, per_call: list, min_us: float) -> None:
+def eager_split(workload: str, steps: int) -> list:
+    """Per step of ``workload``'s eager training step (its ``build`` on dualgraph), what
+    :func:`split` gives per call, with the step's eager ops for nodes."""
+    import importlib
+
+    import dualgraph as dg
+    from dualgraph.kernels import thread_use
+    from dualgraph.profiler import profile
+
+    from .run import WORKLOADS
+    dg.set_num_threads(THREADS)
+    mod = importlib.import_module(f"benchmarks.{WORKLOADS[workload]}")
+    step, *args = mod.build(dg, mod.make_data())
+    for _ in range(3):
+        step(*args)
+    per_step = []
+    for _ in range(steps):
+        with profile(record_shapes=True) as prof, thread_use.recording() as loops:
+            step(*args)
+        ops = [e for e in prof.events() if e.kind == "op"]
+        per_step.append(_with_loops(ops, loops, prof._base))
+    return per_step
+
+
+def report(title: str, per_call: list, min_us: float) -> None:
     """The share of node time in loops that asked for several threads and that ran on
     several (of the call with the least node time), and the nodes of at least ``min_us``
     with less than half their time in loops asking for several, grouped by op and
@@ -87,7 +120,7 @@ def report(name: str, batch: int, per_call: list, min_us: float) -> None:
     total = sum(n[0] for n in best.values())
     asked = sum(n[1] for n in best.values())
     ran = sum(n[2] for n in best.values())
-    print(f"\n{name} batch {batch}: nodes {total / 1e6:.2f} ms; in loops asking for several "
+    print(f"\n{title}: nodes {total / 1e6:.2f} ms; in loops asking for several "
           f"threads {asked / 1e6:.2f} ms ({100 * asked / total:.0f}%), run on several "
           f"{ran / 1e6:.2f} ms ({100 * ran / total:.0f}%)")
     groups = defaultdict(lambda: [0, 0.0])
@@ -110,12 +143,17 @@ def main(argv=None) -> None:
     parser.add_argument("--calls", type=int, default=5)
     parser.add_argument("--min-us", type=float, default=50.0)
     parser.add_argument("--threads", type=int, default=2, help="read before NumPy loads")
+    parser.add_argument("--workloads", default="",
+                        help="eager training steps (W1,W3, ...) instead of the models")
     args = parser.parse_args(argv)
     print(f"load average {os.getloadavg()[0]:.1f}, {THREADS} thread(s)", flush=True)
-    for name in args.models.split(","):
+    for workload in filter(None, args.workloads.split(",")):
+        report(f"{workload} eager step", eager_split(workload, args.calls), args.min_us)
+        sys.stdout.flush()
+    for name in ([] if args.workloads else args.models.split(",")):
         for batch in map(int, args.batches.split(",")):
             make, x = model_and_input(name, batch)
-            report(name, batch, split(make, x, args.calls), args.min_us)
+            report(f"{name} batch {batch}", split(make, x, args.calls), args.min_us)
             sys.stdout.flush()
 
 

@@ -141,3 +141,25 @@ def test_jobs_on_openblas_threads_work_in_a_forked_child():
         os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_training_steps_loops_have_native_entries():
+    """The packed linear's panels (``linear_packed._panels``), the row ranges of 2-D
+    products (``split_gemm._row_range``) and a bias gradient's column sums call nothing of
+    Numba's runtime (no allocation, no reshape inside): each has a native entry, so shared
+    ranges go to OpenBLAS's worker as jobs, not through Numba's dispatcher to a Python
+    thread beside that worker, and an eager step does not import Numba (nor, through it,
+    SciPy's own OpenBLAS with its threads)."""
+    from dualgraph.kernels import linear_packed, split_gemm, sums
+    if not (kernels.numba_available() and kernels.native.enabled()):
+        pytest.skip("native entries off or no Numba")
+    rng = np.random.default_rng(5)
+    x, w = (rng.standard_normal(s, dtype=np.float32) for s in ((100, 128), (192, 128)))
+    packed = linear_packed.pack(w)
+    scratch = np.empty((packed.shape[0], linear_packed.scratch_floats(128)), np.float32)
+    args = linear_packed.flat_args(x, packed, np.zeros(192, np.float32),
+                                   np.empty((100, 192), np.float32), 12, scratch)
+    assert linear_packed._panels.job_address(0, packed.shape[0], *args) is not None
+    assert split_gemm._row_range.job_address(0, 2, np.zeros(11, np.int64)) is not None
+    out = np.empty(192, np.float32)
+    assert kernels.native.address(sums.column_sums.entry(w.reshape(-1), out)) is not None

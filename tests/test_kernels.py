@@ -911,7 +911,7 @@ def test_column_sums_are_numpys_axis0_sum_to_the_bit(shape):
         a[0, -1], a[-1, shape[1] // 2] = np.inf, np.nan
         a[-1, -1] = -np.inf if shape[0] > 1 else np.inf   # inf - inf: NaN, as NumPy's
     out = np.full(shape[1], 7, np.float32)
-    kernels.sums.column_sums(a, out)
+    kernels.sums.column_sums(a.reshape(-1), out)
     with np.errstate(invalid="ignore"):
         np.testing.assert_array_equal(out, np.add.reduce(a, axis=0))
     assert not np.signbit(out[0])               # -0.0 summed from 0: +0.0, as NumPy's

@@ -189,3 +189,98 @@ def test_split_products_from_two_python_threads_at_once():
     for w in workers:
         w.join(timeout=120)
     assert not any(w.is_alive() for w in workers) and results == [True] * 40
+
+
+# -- 2-D products in ranges of rows (``split_gemm.by_rows``: linear, its gradients, matmul) --
+def _one_thread_matmul(a, b):
+    """``np.matmul`` with OpenBLAS at one thread: the bits ``by_rows`` must give."""
+    with tuning.blas_alone():
+        return np.matmul(a, b)
+
+
+ROW_CASES = {   # a (m, k), b (k, n): every layout sgemm reads, odd sizes, a thin sum
+    "x @ w.T (linear)": (_f32(1024, 128), _f32(384, 128).T),
+    "g.T @ x (weight gradient)": (_f32(1024, 384).T, _f32(1024, 128)),
+    "g @ w (input gradient)": (_f32(1000, 300), _f32(300, 257)),
+    "odd, both transposed": (_f32(777, 333).T, _f32(129, 777).T),
+    "thin sum": (_f32(4099, 2), _f32(2, 1031)),
+    "few rows": (_f32(3, 4096), _f32(4096, 700)),
+}
+
+
+@needs_sharing
+@pytest.mark.parametrize("name", ROW_CASES)
+def test_products_by_rows_give_one_threads_bits_shared_or_alone(monkeypatch, name):
+    """Shared between two threads or run alone (the relay backing off), a product in ranges
+    of rows has ``np.matmul``'s bits on one thread, into ``out`` or a new array; OpenBLAS's
+    own count is as it was."""
+    a, b = ROW_CASES[name]
+    want, before = _one_thread_matmul(a, b), tuning.openblas().threads()
+    jobs, run = [], blas_threads.run
+
+    def spy(address, blocks):     # (jobs handed over, and whether they ran there)
+        jobs.append((len(blocks), run(address, blocks)))
+        return jobs[-1][1]
+    monkeypatch.setattr(blas_threads, "run", spy)
+    monkeypatch.setattr(blas_threads.backoff, "alone", 0)
+    shared = split_gemm.by_rows(a, b)
+    out = np.full(want.shape, np.nan, np.float32)
+    monkeypatch.setattr(blas_threads.backoff, "alone", 1 << 30)
+    assert split_gemm.by_rows(a, b, out) is out
+    np.testing.assert_array_equal(shared, want)
+    np.testing.assert_array_equal(out, want)
+    assert jobs == [(2, True), (2, False)] and tuning.openblas().threads() == before
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(shared, exact, rtol=1e-4, atol=1e-4 * np.abs(exact).max())
+
+
+@needs_sharing
+def test_what_by_rows_leaves_to_np_matmul(monkeypatch):
+    """None, nothing written, where ``np.matmul`` takes the product: too little work, a row
+    or a column (a GEMV), float64, a stack, an operand no sgemm reads as it is, one buffer
+    twice (a SYRK), an ``out`` on an operand or of another layout, one thread."""
+    a, b = ROW_CASES["x @ w.T (linear)"]
+    x = _f32(640, 640)
+    declined = [(_f32(64, 64), _f32(64, 64), None), (_f32(1, 8192), _f32(8192, 1024), None),
+                (_f32(8192, 1024), _f32(1024, 1), None),
+                (a.astype(np.float64), b.astype(np.float64), None),
+                (_f32(2, 512, 128), _f32(2, 128, 512), None),
+                (_f32(1024, 256)[:, ::2], _f32(128, 384), None), (x.T, x, None),
+                (a, b, np.empty((1024, 384), np.float32).T.copy().T),
+                (x, x[:, :320], x[:, 320:])]
+    for a_, b_, out in declined:
+        assert split_gemm.by_rows(a_, b_, out) is None
+    monkeypatch.setenv("DUALGRAPH_NUM_THREADS", "1")
+    assert split_gemm.by_rows(a, b) is None
+
+
+@pytest.mark.parametrize("rows,k,n", [(1024, 128, 384), (333, 520, 129), (3, 2048, 1031)])
+def test_linear_and_matmul_give_the_same_bits_on_one_thread_or_two(monkeypatch, rows, k, n):
+    """``linear`` (forward, both gradients, the bias's) and ``matmul`` of matrices, eager,
+    on the default threads and on one: the same bits (their products by rows), torch's
+    values."""
+    torch = pytest.importorskip("torch")
+    x, w, b, g = _f32(rows, k), _f32(n, k) * 0.1, _f32(n), _f32(rows, n)
+
+    def step():
+        xt, wt, bt = (dg.tensor(v, requires_grad=True) for v in (x, w, b))
+        y = dg.nn.functional.linear(xt, wt, bt)
+        y.backward(dg.tensor(g))
+        return [y.detach().numpy(), xt.grad.numpy(), wt.grad.numpy(), bt.grad.numpy(),
+                dg.matmul(dg.tensor(x), dg.tensor(w.T)).numpy()]
+    before = dg.get_num_threads()
+    monkeypatch.setenv("DUALGRAPH_NUM_THREADS", str(before))
+    try:
+        two = step()
+        dg.set_num_threads(1)
+        one = step()
+    finally:
+        dg.set_num_threads(before)
+    for got, want in zip(two, one):
+        np.testing.assert_array_equal(got, want)
+    xt, wt, bt = (torch.tensor(v, requires_grad=True) for v in (x, w, b))
+    y = torch.nn.functional.linear(xt, wt, bt)
+    y.backward(torch.tensor(g))
+    for got, want in zip(two, (y, xt.grad, wt.grad, bt.grad, y - bt)):
+        want = want.detach().numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())

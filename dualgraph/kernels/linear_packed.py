@@ -171,23 +171,42 @@ def _one(xf, xb, k, wf, wb, bias, of, ob):
 
 
 @loop
-def _panels(start, stop, x, wp, bias, out, band):
+def _panels(start, stop, xf, k, wf, bf, of, n, band, scratch):
     """:func:`panel_rows` as a loop of its own (a range of panels: ``run_rows`` shares
-    them between threads)."""
-    panel_rows(start, stop, x, wp, bias, out, band)
+    them between threads), on the row ``scratch[start]`` (:func:`scratch_floats` each):
+    a range's own, as ranges start at different panels. The caller flattens the arrays
+    and allocates the scratch, so the loop neither reshapes nor allocates (each a call
+    into Numba's runtime) and has a native job entry, which OpenBLAS's worker runs
+    (``blas_threads.py``): without one the ranges went through Numba's dispatcher to a
+    thread of dualgraph's own pool, beside OpenBLAS's polling worker."""
+    panel_rows(start, stop, xf, k, wf, bf, of, n, band, scratch[start])
+
+
+def scratch_floats(k: int) -> int:
+    """The float32 scratch :func:`panel_rows` needs for a sum of ``k``: a block of six
+    rows of a panel, and the last rows of ``x`` padded to six."""
+    return ROWS * (COLUMNS + k)
+
+
+def flat_args(x: np.ndarray, packed: np.ndarray, bias: np.ndarray, out: np.ndarray,
+              band: int, scratch: np.ndarray) -> tuple:
+    """:func:`_panels`' arguments after ``start, stop`` for ``out (M, N) = x (M, K) @ W +
+    bias`` (C-contiguous float32; ``bias`` padded to the panels)."""
+    return (x.reshape(-1), x.shape[1], packed.reshape(-1), bias, out.reshape(-1),
+            out.shape[1], band, scratch)
 
 
 @helper(inline="always")
-def panel_rows(start, stop, x, wp, bias, out, band):
-    """Panels ``start:stop`` of ``out (M, N) = x (M, K) @ W + bias`` for the packed
-    ``wp (panels, K, 64)`` and ``bias`` padded to ``panels * 64``, ``band`` rows (a
-    multiple of six) through all the panels before the next ``band`` (a recurrence's
-    loop calls it too, ``kernels/recurrence.py``)."""
-    m, k = x.shape
-    n = out.shape[1]
-    xf, wf, of, bf = x.reshape(-1), wp.reshape(-1), out.reshape(-1), bias.reshape(-1)
+def panel_rows(start, stop, xf, k, wf, bf, of, n, band, scratch):
+    """Panels ``start:stop`` of ``out (M, N) = x (M, K) @ W + bias``, all flat: ``xf``
+    (M * K), the packed ``wf`` ((panels, K, 64) flat), ``bf`` (the bias padded to
+    ``panels * 64``) and ``of`` (M * N); ``band`` rows (a multiple of six) through all the
+    panels before the next ``band`` (a recurrence's loop calls it too,
+    ``kernels/recurrence.py``), on ``scratch`` (float32, at least :func:`scratch_floats`;
+    the call's own: it is written)."""
+    m = xf.size // k
     full = m - m % ROWS
-    os = np.empty(ROWS * COLUMNS, F)        # a block of a partial panel or of the last rows
+    os = scratch[:ROWS * COLUMNS]           # a block of a partial panel or of the last rows
     for r0 in range(0, full, band):
         for p in range(start, stop):
             wb, c = p * k * COLUMNS, p * COLUMNS
@@ -217,8 +236,9 @@ def panel_rows(start, stop, x, wp, bias, out, band):
     if full == m:
         return
     left = m - full
-    xs = np.zeros(ROWS * k, F)              # the last rows, zero-padded to six
-    xs[:left * k] = xf[full * k:]
+    xs = scratch[ROWS * COLUMNS:ROWS * (COLUMNS + k)]     # the last rows, zero-padded to six
+    for i in range(ROWS * k):   # (element by element: a slice assignment may copy)
+        xs[i] = xf[full * k + i] if i < left * k else F(0)
     for p in range(start, stop):
         wb, c = p * k * COLUMNS, p * COLUMNS
         if left > 4:
@@ -318,7 +338,9 @@ def product(x: np.ndarray, packed: np.ndarray, n: int, bias: np.ndarray | None =
         b[:n] = bias
     if rows.shape[0]:
         band = max(ROWS, BAND_BYTES // (4 * k) // ROWS * ROWS)
-        run_rows(_panels, packed.shape[0], rows, packed, b, out.reshape(-1, n), band,
+        scratch = np.empty((packed.shape[0], scratch_floats(k)), F)
+        run_rows(_panels, packed.shape[0], *flat_args(rows, packed, b, out.reshape(-1, n),
+                                                      band, scratch),
                  threads=threads_for(rows.shape[0] * k * n // 32))
     return out
 
@@ -326,20 +348,22 @@ def product(x: np.ndarray, packed: np.ndarray, n: int, bias: np.ndarray | None =
 class Product:
     """:func:`product` for one matrix ``m (K, N)`` over many calls of one kind, ``x (rows,
     K) @ m`` into ``out (rows, N)``, both C-contiguous float32 (a recurrence's steps): the
-    packing (:func:`pack_kn`), the zero bias, the band and the thread count worked out
-    once, and for one thread the compiled loop's entry kept, so that a call is the loop
-    alone."""
+    packing (:func:`pack_kn`), the zero bias, the band, the loop's scratch and the thread
+    count worked out once, and for one thread the compiled loop's entry kept, so that a
+    call is the loop alone (one call at a time: the scratch is the object's)."""
 
     def __init__(self, m: np.ndarray, rows: int):
         k, n = m.shape
         self.packed = pack_kn(m)
         self.bias = np.zeros(self.packed.shape[0] * COLUMNS, F)
         self.band = max(ROWS, BAND_BYTES // (4 * k) // ROWS * ROWS)
+        self.scratch = np.empty((self.packed.shape[0], scratch_floats(k)), F)
         self.threads = threads_for(rows * k * n // 32)
         self.entry = None
 
     def __call__(self, x: np.ndarray, out: np.ndarray) -> np.ndarray:
-        args = (0, self.packed.shape[0], x, self.packed, self.bias, out, self.band)
+        args = (0, self.packed.shape[0],
+                *flat_args(x, self.packed, self.bias, out, self.band, self.scratch))
         if self.threads != 1:
             run_rows(_panels, *args[1:], threads=self.threads)
         else:

@@ -8,9 +8,11 @@ thread; the results are those of its step-by-step calls, bit for bit.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from . import loop
 from .activations import lstm_cell_backward_rows, lstm_cell_rows
-from .linear_packed import panel_rows
+from .linear_packed import COLUMNS, ROWS, panel_rows
 
 
 @loop
@@ -21,12 +23,14 @@ def lstm_forward(xg, h0, c0, wp, zero, bias, band, hg, y, cs, acts, reverse):
     state (``c0`` first) into ``y[t]``, ``cs[t]``, ``acts[t]``; ``reverse``: from the
     last step to the first."""
     length = xg.shape[0]
+    scratch = np.empty(ROWS * (COLUMNS + h0.shape[1]), np.float32)   # (scratch_floats)
     for s in range(length):
         t = length - 1 - s if reverse else s
         p = t + 1 if reverse else t - 1
         h = h0 if s == 0 else y[p]
         c = c0 if s == 0 else cs[p]
-        panel_rows(0, wp.shape[0], h, wp, zero, hg, band)
+        panel_rows(0, wp.shape[0], h.reshape(-1), h.shape[1], wp.reshape(-1), zero,
+                   hg.reshape(-1), hg.shape[1], band, scratch)
         lstm_cell_rows(hg, xg[t], bias, c, y[t], cs[t], acts[t])
 
 
@@ -38,6 +42,7 @@ def lstm_backward(gy, dh, dc, dc_next, g, c0, cs, acts, wp, zero, band, d_gates,
     entry, ``h0``'s and ``c0``'s on return."""
     length = gy.shape[0]
     rows, n = dh.shape
+    scratch = np.empty(ROWS * (COLUMNS + d_gates.shape[2]), np.float32)
     for s in range(length):
         t = s if reverse else length - 1 - s
         p = t + 1 if reverse else t - 1
@@ -52,4 +57,5 @@ def lstm_backward(gy, dh, dc, dc_next, g, c0, cs, acts, wp, zero, band, d_gates,
             cb, nb = dc[b], dc_next[b]
             for j in range(n):
                 cb[j] = nb[j]
-        panel_rows(0, wp.shape[0], d_gates[t], wp, zero, dh, band)
+        panel_rows(0, wp.shape[0], d_gates[t].reshape(-1), d_gates.shape[2], wp.reshape(-1),
+                   zero, dh.reshape(-1), n, band, scratch)

@@ -1,7 +1,8 @@
-"""Products ``a @ b`` split by columns into independent single-threaded ``sgemm`` calls,
-shared between this thread and OpenBLAS's worker (``blas_threads.py``), with OpenBLAS held
-at one thread of its own meanwhile: the GEMMs of 1x1 convolutions on
-two cores without OpenBLAS's threaded GEMM.
+"""Products ``a @ b`` split into independent single-threaded ``sgemm`` calls, shared
+between this thread and OpenBLAS's worker (``blas_threads.py``), with OpenBLAS held at one
+thread of its own meanwhile: the GEMMs of 1x1 convolutions by columns (:func:`fitted`),
+and 2-D products (``linear``'s and its gradients', ``matmul``'s) by rows
+(:func:`by_rows`), on two cores without OpenBLAS's threaded GEMM.
 
 Why not OpenBLAS's own threads: its threaded GEMM runs its jobs in lockstep (each job
 packs a panel of ``b`` that the others wait for, block after block), so a worker the OS
@@ -25,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import blas_threads, loop, native, numba_available, tuning
-from .batched import NO_TRANS, _sgemm
+from .batched import NO_TRANS, _layout, _sgemm
 from .threads import run_rows
 
 # Below this many multiply-adds a product runs on one thread: measured best of 15 on two
@@ -35,6 +36,10 @@ SHARE_MIN = 1 << 22
 # The column parts of one product where the stack alone does not split evenly: two halves
 # (the cores this is tuned for); at least MIN_COLUMNS columns a part.
 PARTS, MIN_COLUMNS = 2, 16
+# The fewest multiply-adds of a row range (:func:`by_rows`): past the products OpenBLAS
+# gives its small-matrix kernel (up to 10^6 on AVX-512), which sums in another order, so
+# that every range runs the blocked kernel the whole product runs on one thread.
+RANGE_MIN = 1 << 21
 
 
 @loop
@@ -99,3 +104,53 @@ def fitted(m: int, k: int, stack: int, n: int):
         _run(words, stack * parts, macs * stack)
         return True
     return shared
+
+
+@loop
+def _row_range(start, stop, w):
+    """Rows ``start:stop`` of ``c = a @ b`` in one ``sgemm``. ``w``: sgemm's address;
+    ``a``'s pointer, leading dim and CBLAS flag; the same three for ``b``; ``c``'s pointer
+    and leading dim; n and k."""
+    if start < stop:
+        a_step = w[2] if w[3] == NO_TRANS else 1      # (a transposed: a row is a column)
+        _sgemm(w[0], w[3], w[6], stop - start, w[9], w[10], w[1] + 4 * start * a_step,
+               w[2], w[4], w[5], w[7] + 4 * start * w[8], w[8])
+
+
+def by_rows(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray | None:
+    """``a @ b`` for float32 matrices of ``SHARE_MIN`` multiply-adds or more, in ranges of
+    rows, one single-threaded ``sgemm`` each, shared between this thread and OpenBLAS's
+    worker (OpenBLAS's own threads held back meanwhile), into ``out`` where given
+    (C-contiguous float32 of the result's shape, apart from the operands). None (nothing
+    done) where the caller's ``np.matmul`` runs it: one thread, little work, a row or a
+    column (NumPy's GEMV), an operand that is not a matrix or its transpose as one
+    ``sgemm`` reads it, one buffer twice (NumPy's SYRK), no native ``sgemm``.
+
+    The bits are ``np.matmul``'s on one thread, however many ranges and whether shared or
+    run alone (the relay backing off): each element is summed along ``k`` by the blocked
+    kernel of the whole product, whose blocking of ``k`` depends on ``k`` alone, and every
+    range has ``RANGE_MIN`` multiply-adds (OpenBLAS's own threaded GEMM gives other bits
+    on some shapes)."""
+    if a.ndim != 2 or b.ndim != 2:
+        return None
+    (m, k), n = a.shape, b.shape[1]
+    macs = m * k * n
+    if macs < SHARE_MIN or m < 2 or n < 2:
+        return None
+    ranges = min(blas_threads.count(), macs // RANGE_MIN)
+    if (ranges < 2 or a.dtype != np.float32 or b.dtype != np.float32
+            or not (numba_available() and native.enabled())):
+        return None
+    sgemm, la, lb = blas_threads.sgemm_address(), _layout(a), _layout(b)
+    if sgemm is None or la is None or lb is None or np.may_share_memory(a, b):
+        return None
+    if out is None:
+        out = np.empty((m, n), np.float32)
+    elif (out.shape != (m, n) or out.dtype != np.float32 or not out.flags.c_contiguous
+          or np.may_share_memory(out, a) or np.may_share_memory(out, b)):
+        return None
+    words = np.array((sgemm, a.ctypes.data, *la[4:], b.ctypes.data, *lb[4:],
+                      out.ctypes.data, n, n, k), np.int64)
+    with tuning.blas_alone():
+        run_rows(_row_range, m, words, threads=ranges)
+    return out

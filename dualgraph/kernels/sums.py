@@ -171,22 +171,22 @@ def _column_block(af, n, m, j, out):
 
 
 @loop
-def column_sums(a, out):
-    """``out = a.sum(axis=0)`` of the C-contiguous float32 ``a (M, N)``, ``M >= 1``, in
-    NumPy's order for that axis: from 0, each row added in turn (no pairwise tree across
-    rows; a bias's gradient over a batch), so the same bits. 128 columns at a time go
-    down all the rows as eight vector sums held in registers (NumPy adds each row into
-    the whole result row in memory: 1.3-2.5x the time at 1024 x 512 .. 4096 x 128); the
-    last ``N % 128`` columns row by row."""
-    m, n = a.shape
-    af = a.reshape(-1)
+def column_sums(af, out):
+    """``out = a.sum(axis=0)`` of a C-contiguous float32 ``a (M, N)``, ``M >= 1``, given
+    flat (``af``; N is ``out.size``: a reshape inside would call Numba's runtime, which a
+    native entry cannot), in NumPy's order for that axis: from 0, each row added in turn
+    (no pairwise tree across rows; a bias's gradient over a batch), so the same bits. 128
+    columns at a time go down all the rows as eight vector sums held in registers (NumPy
+    adds each row into the whole result row in memory: 1.3-2.5x the time at 1024 x 512 ..
+    4096 x 128); the last ``N % 128`` columns row by row."""
+    n = out.size
+    m = af.size // n
     full = n - n % COLUMN_BLOCK
     for j in range(0, full, COLUMN_BLOCK):
         _column_block(af, n, m, j, out)
-    tail, first = out[full:], a[0, full:]
-    for j in range(n - full):
-        tail[j] = first[j] + a.dtype.type(0)
+    for j in range(full, n):
+        out[j] = af[j] + af.dtype.type(0)
     for r in range(1, m):
-        row = a[r, full:]
-        for j in range(n - full):
-            tail[j] += row[j]
+        o = r * n
+        for j in range(full, n):
+            out[j] += af[o + j]

@@ -65,7 +65,7 @@ def column_sum(a: np.ndarray, out=None) -> np.ndarray:
     if (a.shape[0] and a.flags.c_contiguous and kernels.enabled(a)
             and (out is None or (out.dtype == a.dtype and out.flags.c_contiguous))):
         out = np.empty(a.shape[1], a.dtype) if out is None else out
-        kernels.sums.column_sums(a, out)
+        kernels.sums.column_sums(a.reshape(-1), out)
         return out
     return np.add.reduce(a, axis=0, out=out)
 

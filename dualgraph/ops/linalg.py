@@ -95,14 +95,25 @@ def _as_rows(a: np.ndarray) -> np.ndarray:
     return a.reshape(math.prod(a.shape[:-1]), a.shape[-1])
 
 
+def _gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``np.matmul(a, b, out=out)`` of two matrices: in ranges of rows on two cores where
+    the product is big enough (``split_gemm.by_rows``: one single-threaded ``sgemm`` each,
+    the bits of one thread), else NumPy's call (OpenBLAS's own threading). Every 2-D
+    product of ``linear``, its gradients and ``matmul`` comes here, eager and compiled."""
+    y = kernels.split_gemm.by_rows(a, b, out)
+    return np.matmul(a, b, out=out) if y is None else y
+
+
 def _matmul_kernel(a, b, out=None):
     (a, b), dt = blas_operands(a, b)
     into = out_in(out, a.dtype)   # (None where the product is cast to dt afterwards)
     if a.ndim > 2 and b.ndim == 2:  # one GEMM over the flattened batch, not one per matrix
         a2 = _as_rows(a)
         rows = None if into is None else into.reshape(a2.shape[0], b.shape[-1])
-        y = np.matmul(a2, b, out=rows)
+        y = _gemm(a2, b, rows)
         y = y.reshape(a.shape[:-1] + b.shape[-1:])
+    elif a.ndim == 2 and b.ndim == 2:
+        y = _gemm(a, b, into)
     else:   # (a stack of small float32 products: on two cores, the same bits)
         y = kernels.batched.matmul(a, b, into) if kernels.batched.wanted(a, b) else None
         if y is None:
@@ -163,10 +174,10 @@ def _matrix_rhs_vjp(g, a, b):
 
 
 def _specialise_matmul(a, b):
-    """Two matrices of one BLAS dtype: the kernel's work is NumPy's ``matmul`` alone (no
+    """Two matrices of one BLAS dtype: the kernel's work is :func:`_gemm` alone (no
     conversion, no batch to share among threads), so a call is that and nothing else."""
     if a.ndim == 2 and b.ndim == 2 and a.dtype in BLAS_DTYPES and b.dtype == a.dtype:
-        return "matmul_blas", np.matmul
+        return "matmul_blas", _gemm
     return None
 
 
@@ -566,7 +577,7 @@ def _product_t(x2, w, *bias, out=None):
     if _packed_per_call(x2, w.T, out):   # (the bias is of x2's dtype: the callers see to it)
         lp = kernels.linear_packed
         return lp.product(x2, lp.pack(w), w.shape[0], bias[0] if bias else None, out)
-    y = np.matmul(x2, w.T, out=out)
+    y = _gemm(x2, w.T, out)
     if bias:
         y += bias[0]
     return y
@@ -605,7 +616,7 @@ def _linear_backward_kernel(g, x, w, need, out=None):
                 zip(into, ((g2.shape[0], w.shape[1]), w.shape, w.shape[:1]))]
     gx = (cast(_product(g2, w, rows[0]).reshape(x.shape), dt) if need[0]
           else zeros_view(x.shape, dt))
-    gw = (cast(np.matmul(g2.T, _as_rows(x), out=rows[1]), dt) if need[1]
+    gw = (cast(_gemm(g2.T, _as_rows(x), rows[1]), dt) if need[1]
           else zeros_view(w.shape, dt))
     gb = cast(column_sum(g2, rows[2]), dt) if need[2] else zeros_view(
         w.shape[:1], dt)
@@ -618,7 +629,7 @@ def _product(x2, m, out):
     if _packed_per_call(x2, m, out):
         lp = kernels.linear_packed
         return lp.product(x2, lp.pack_kn(m), m.shape[1], None, out)
-    return np.matmul(x2, m, out=out)
+    return _gemm(x2, m, out)
 
 
 def _infer_linear_backward(g, x, w, need):
@@ -706,7 +717,7 @@ def _matmul_t_relu(x, w, *bias, out=None):
 def _matmul_t_add_bias_relu(x, w, b, out=None):
     if _packed_per_call(x, w.T, out):   # (the packed loop adds the bias: eager's bits)
         return _matmul_t_relu(x, w, b, out=out)
-    y = np.matmul(x, w.T, out=out)
+    y = _gemm(x, w.T, out)
     kernels.activations.add_bias_relu(y, b)   # the bias and the relu in one pass
     return y
 
