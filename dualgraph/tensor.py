@@ -27,6 +27,25 @@ def _is_traced_state(t) -> bool:
     parameter, buffer or tensor its scope reaches: the tracer's names)."""
     tracer = _modes.tracer
     return tracer is not None and _modes.building_graph() and id(t) in tracer.names
+
+
+# Counts every change of an existing tensor that a compiled call's guards read it for: an
+# in-place write (its version counter moved, :func:`bump`) and a new array or version
+# counter given to a tensor (``p.data = t``, ``module.to()``, a trace's swaps, a compiled
+# call's writebacks). A guard that finds the count where it was at its last full check
+# need not read its tensors again (capture/fastpath.py). Tensors made fresh (an op's
+# output) are not counted: no graph holds them yet. tests/test_freezing.py checks that every
+# function of dualgraph that writes ``_data`` or ``_version`` counts it or makes the tensor.
+MUTATIONS = [0]
+
+
+def bump(t) -> None:
+    """Count an in-place write of ``t``'s storage: its version counter (shared with its
+    views, as torch's) and :data:`MUTATIONS`."""
+    t._version[0] += 1
+    MUTATIONS[0] += 1
+
+
 # how tensors print (dg.set_printoptions changes them; torch's defaults)
 print_options = {"precision": 4, "threshold": 1000, "edgeitems": 3, "linewidth": 80}
 

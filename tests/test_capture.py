@@ -585,7 +585,7 @@ def test_an_inference_call_takes_the_inlined_fast_path_with_the_same_guards(monk
         assert not takes_general_path(dg.randn(3, 4))         # ... with its own fast path
         assert takes_general_path(x) and not takes_general_path(x)
         # new data for a parameter (as Module.to gives it): the fast path is made again
-        model[0].weight._data = np.ones((3, 4), np.float32)
+        model[0].weight.data = dg.ones(3, 4)
         assert takes_general_path(x) and not takes_general_path(x)
         model.train()                                         # module facts: dropout on
         general.clear()

@@ -19,7 +19,7 @@ from ..kernels import recycle
 from ..ops import creation
 from ..ops.shape import stack
 from ..shapes import numel
-from ..tensor import Tensor
+from ..tensor import Tensor, bump
 from .tape import (AccumulateGrad, Node, departures, grad_mode, set_grad_enabled,
                    unpacked_inputs)
 
@@ -487,7 +487,7 @@ def _accumulate(leaf: Tensor, g: Tensor, create_graph: bool, owned: bool = False
         leaf.grad = leaf.grad + g
     else:
         np.add(leaf.grad._data, g._data, out=leaf.grad._data)
-        leaf.grad._version[0] += 1
+        bump(leaf.grad)
 
 
 def _accumulate_traced(tracer, leaf: Tensor, g: Tensor):

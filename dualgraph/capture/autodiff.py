@@ -32,7 +32,7 @@ from ..autograd.tape import grad_mode
 from ..dispatch import _record, apply, modes
 from ..graph import Graph
 from ..graph.ir import Value
-from ..tensor import Tensor
+from ..tensor import Tensor, bump
 from .subgraph import copy_nodes
 
 
@@ -188,7 +188,7 @@ class CompiledOp:
                  for present in self.backward.grad_present]
         for t, new in zip(self.state, results):   # (state the recomputation wrote)
             np.copyto(t._data, new)
-            t._version[0] += 1
+            bump(t)
         return tuple(grads)
 
 

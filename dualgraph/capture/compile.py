@@ -33,7 +33,7 @@ from ..graph.interpret import interpret
 from ..graph.ir import Value
 from ..errors import CaptureError, EagerFirstCall
 from ..shapes import ShapeError, SizeCases, Sym
-from ..tensor import Tensor
+from ..tensor import MUTATIONS, Tensor, bump
 from . import check as checking
 from ..passes import plan_in, run_pipeline
 from .autodiff import Replay, build_backward, record_call
@@ -75,6 +75,7 @@ class Entry:
     stores = False  # whether each run keeps new tensors where the traced call kept its own
     frozen = ()    # the parameters and buffers frozen into its graph (capture/freeze.py)
     traced = None  # the capture as traced, when ``capture`` is its frozen form
+    frozen_seen = None   # ``tensor.MUTATIONS`` when the frozen tensors were last found as held
     held = Held()  # the places its bound tensors are guarded in, or read from (held.py)
     place_symbols = False   # whether a tensor it reads from a place has symbolic dims
 
@@ -244,9 +245,12 @@ class Entry:
             raise _StaleGuard("the arguments share storage (views of one another, or of "
                               "state the function reads) otherwise than when traced",
                               sharing=self._sharing(tensor_args))
-        for f in self.frozen:
-            if f.changed():
-                raise _StaleGuard(f.change(), f)
+        seen = MUTATIONS[0]
+        if self.frozen and seen != self.frozen_seen:   # (some tensor changed since they held)
+            for f in self.frozen:
+                if f.changed():
+                    raise _StaleGuard(f.change(), f)
+            self.frozen_seen = seen
         if any(t.grad is not None for t in self.grads_absent):   # (eager may accumulate)
             raise _StaleGuard("a parameter traced without a gradient has one now")
         if any(tensor_args[i].grad is not None for i in self.arg_grads_fresh):
@@ -367,7 +371,7 @@ class Entry:
             if kind == "data":
                 if new is not t._data:   # (a donated input was updated in place)
                     np.copyto(t._data, new)
-                t._version[0] += 1
+                bump(t)
             elif kind == "new":          # state the traced call made: a real tensor now
                 # (its own array, writeable: later steps update it in place)
                 array = new if id(new) not in taken and new.flags.writeable else new.copy()
@@ -382,13 +386,13 @@ class Entry:
                     # (``loss.detach()`` or a view ``h.t()`` kept: its base is an
                     # intermediate of the trace, so it is a tensor of its own now)
                     t._base, t._alias, t._view, t._version = None, False, None, [0]
-                t._version[0] += 1
+                bump(t)
             elif t.grad is not None and new is t.grad._data:
                 pass                     # accumulated in place
             elif (t.grad is not None and t.grad._data.shape == new.shape
                   and (id(traced) in self.grads_read or id(t.grad) in self.bound)):
                 np.copyto(t.grad._data, new)   # a gradient the step kept: the same tensor
-                t.grad._version[0] += 1        # (written in place, as eager accumulates)
+                bump(t.grad)        # (written in place, as eager accumulates)
             else:   # a gradient made in the step (as eager makes a new one): no copy
                 t.grad = Tensor._make(new if id(new) not in taken else new.copy())
             taken.add(id(new))
@@ -435,6 +439,7 @@ def _hyper_writes(swapped: list, tracer: Tracer) -> list:
                 and new.shape == () and new.dtype == t.dtype):
             tracer.note_mutation(t)
             t._data = new._data
+            MUTATIONS[0] += 1
             group[key] = t
             written.append((group, key, t))
     return written

@@ -22,9 +22,12 @@ directly. For ``nn.Linear(784, 10)`` in eval mode, called on a (1, 784) tensor u
             return MISS
         if facts.get() != module_facts:
             return MISS
-        if (frozen_0._data is not farray_0 or frozen_0._version[0] != 1
-            or frozen_1._data is not farray_1 or frozen_1._version[0] != 1):
-            return MISS
+        seen = mutations[0]
+        if seen != checked[0]:
+            if (frozen_0._data is not farray_0 or frozen_0._version[0] != 1
+                or frozen_1._data is not farray_1 or frozen_1._version[0] != 1):
+                return MISS
+            checked[0] = seen
         return make(graph_fn(x0)[0])
 
 Any fact that differs returns ``MISS`` and the call takes the general path, which guards,
@@ -33,7 +36,11 @@ retraces and explains as before. The weight and bias are constants of the graph 
 array at the same version. Tensors the graph reads as inputs (when they require grad, or
 the step updates them) are passed as operands instead, and their arrays must be the very
 arrays whose types the executable checked (a parameter given new data takes the general
-path): ``cap_1._data is not array_1`` returns ``MISS``.
+path): ``cap_1._data is not array_1`` returns ``MISS``. Those tensors are read only when
+``tensor.MUTATIONS`` (``mutations``), which every in-place write and every new array
+given to a tensor counts, moved since they were last found as held (``checked``): a model
+called again with nothing changed compares one number, not two attributes of each of its
+parameters and buffers.
 
 A training step (an optimiser's update and the gradients written back, nothing recorded
 on the autograd tape) gets the same inlined guards, plus its optimisers' facts (state
@@ -100,7 +107,7 @@ from .. import dtypes
 from ..autograd.tape import grad_mode
 from ..codegen.python import compile_source
 from ..dispatch import autocast, modes
-from ..tensor import Tensor
+from ..tensor import MUTATIONS, Tensor
 from .guards import optimizer_facts
 from .pyvalues import read
 from .scope import rebound
@@ -201,8 +208,12 @@ def fast_path(compiled, entry, sig):
         names[f"frozen_{k}"], names[f"farray_{k}"] = f.tensor, f.array
         captured.append(f"frozen_{k}._data is not farray_{k}"
                         f" or frozen_{k}._version[0] != {f.version}")
-    if captured:
-        lines += ["if (" + "\n        or ".join(captured) + "):", "    return MISS"]
+    if captured:   # (read only when some tensor changed since they last held: MUTATIONS)
+        names.update(mutations=MUTATIONS, checked=[None])
+        lines += ["seen = mutations[0]",
+                  "if seen != checked[0]:",
+                  "    if (" + "\n            or ".join(captured) + "):", "        return MISS",
+                  "    checked[0] = seen"]
     if donated:
         lines += ["if not (" + "\n        and ".join(donated) + "):", "    return MISS"]
     call = f"graph_fn({', '.join(operands)})"

@@ -21,7 +21,9 @@ The constants are read-only views of the tensors' own arrays (no copy), and the 
 guarded by each tensor's identity of storage and version counter (:class:`Frozen`): an
 optimiser step, ``load_state_dict``, an in-place op or ``p.data = t`` makes the frozen
 graph stale and the call traces again with the new values. (Writes that bypass the
-tensor, through an array from ``t.numpy()``, are not seen, as in torch.)
+tensor, through an array from ``t.numpy()``, are not seen, as in torch; nor is an array
+put in a tensor's private ``_data`` by code outside dualgraph, which does not count the
+change in ``tensor.MUTATIONS``: ``p.data = t`` is the way.)
 """
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ from ..codegen import Executable
 from ..graph import Graph
 from ..graph.ir import Value
 from ..shapes import Sym
-from ..tensor import Tensor, as_array
+from ..tensor import Tensor, as_array, bump
 from .._pytree import flatten, unflatten
 from .subgraph import copy_nodes, needed_nodes
 from .trace import Tracer
@@ -153,7 +153,7 @@ class Session:
         values = [None if isinstance(x, TrainOp) else next(results) for x in leaves]
         for t, new in zip(writebacks, results):
             np.copyto(t._data, new)
-            t._version[0] += 1
+            bump(t)
         return unflatten(spec, values)
 
     def code(self, fetches) -> str:

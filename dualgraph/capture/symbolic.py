@@ -41,7 +41,7 @@ from .. import dtypes
 from ..dispatch import modes
 from ..graph.ir import Value
 from ..ops import elementwise as ew
-from ..tensor import Tensor
+from ..tensor import MUTATIONS, Tensor
 from .escape import reachable
 
 F64, I64 = np.dtype(np.float64), np.dtype(np.int64)
@@ -303,6 +303,7 @@ class NumberInputs:
                 value = ew.cast_to(now.tensor, holder._data.dtype)
                 tracer.note_mutation(holder)
                 holder._data = value._data
+                MUTATIONS[0] += 1
                 numbers.append((slot, holder))
             elif not isinstance(now, SymNumber) and now is not before:
                 python.append((slot, now))

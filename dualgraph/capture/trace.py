@@ -26,7 +26,7 @@ from ..shapes import ShapeError
 from ..graph import Graph
 from ..graph.ir import Value
 from ..ops.views import refresh
-from ..tensor import Tensor
+from ..tensor import MUTATIONS, Tensor
 from . import symbolic
 
 
@@ -224,6 +224,7 @@ class Tracer:
         self.bindings.append(binding)
         self._bound[id(t)] = binding
         t._data, t._trace_id = value, self.trace_id
+        MUTATIONS[0] += 1   # (and given back by ``_restore``: guards read it again)
         # Inside the graph an input is a leaf: gradients stop here (the compiled call is one
         # node on the outer tape, connected to the input's real history).
         t.grad_fn, t._accumulator = None, None
@@ -354,6 +355,7 @@ class Tracer:
 
     def _restore(self):
         """Give every bound tensor back its storage and gradient from before the trace."""
+        MUTATIONS[0] += 1
         for view, *before in reversed(self._refreshed.values()):
             (view._data, view._trace_id, view.requires_grad, view.grad_fn, view._output_nr,
              view._view_version) = before

@@ -13,7 +13,7 @@ from ..kernels import tuning
 from ..ops import collective as _c
 from ..ops.inplace import commit_inplace
 from ..ops.shape import stack
-from ..tensor import Tensor
+from ..tensor import Tensor, bump as bump_version
 from . import groups as _g
 from .groups import *  # noqa: F401,F403
 from .groups import group_peer, resolve
@@ -220,7 +220,7 @@ def _start(kind, tensor: Tensor, write, *args, target=None, group=None):
 def _bumper(tensor: Tensor):
     """A write for a result MPI already put in ``tensor``'s storage: its version moves."""
     def bump(array):
-        tensor._version[0] += 1
+        bump_version(tensor)
     return bump
 
 
@@ -228,7 +228,7 @@ def _into(tensor: Tensor):
     """A function writing an array into ``tensor``'s storage, as an in-place op does."""
     def write(array):
         np.copyto(tensor._data, array.reshape(tensor._data.shape), casting="unsafe")
-        tensor._version[0] += 1
+        bump_version(tensor)
     return write
 
 
@@ -265,7 +265,7 @@ def all_reduce(tensor: Tensor, op: str = ReduceOp.SUM, group=None, async_op: boo
         # the short path (C-contiguous and writeable: in place), no handle: the time of a
         # small allreduce is mostly this Python
         _c.comm(key).all_reduce_now(data, op)
-        tensor._version[0] += 1
+        bump_version(tensor)
         return None
     return _run(tensor, async_op, "all_reduce", _c.all_reduce, op, group=key)
 

@@ -29,7 +29,7 @@ from .. import devices, dtypes
 from ..autograd import no_grad
 from ..ops import creation
 from ..ops.inplace import commit_inplace
-from ..tensor import Tensor
+from ..tensor import MUTATIONS, Tensor
 from .backward_hooks import BackwardHook
 from .parameter import Parameter
 
@@ -581,6 +581,7 @@ class Module:
                 param._data = fn(param)._data
                 if param.grad is not None:
                     param.grad._data = fn(param.grad)._data
+                MUTATIONS[0] += 1   # (a new array: guards read the parameter again)
             for name, buf in self._buffers.items():
                 if buf is not None:
                     self._buffers[name] = fn(buf)

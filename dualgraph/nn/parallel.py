@@ -34,7 +34,7 @@ from ..dispatch import modes
 from ..ops import collective
 from ..ops.collective import FIRST_BUCKET_BYTES
 from ..ops.shape import cat
-from ..tensor import Tensor
+from ..tensor import Tensor, bump
 from .module import Module
 
 __all__ = ["DistributedDataParallel", "DataParallel"]
@@ -199,7 +199,7 @@ class DistributedDataParallel(Module):
         offset = 0
         for t, a in zip(tensors, arrays):
             a[...] = packed[offset:offset + a.nbytes].view(a.dtype).reshape(a.shape)
-            t._version[0] += 1
+            bump(t)
             offset += a.nbytes
 
     @contextlib.contextmanager
@@ -356,10 +356,10 @@ def _set_grads(bucket: _Bucket, outs: list) -> None:
     ``.grad``s."""
     for p, out in zip(bucket.params, outs):
         if p.grad is not None and p.grad._data is out:
-            p.grad._version[0] += 1
+            bump(p.grad)
         elif p.grad is not None:   # (one it could not write into: another layout)
             np.copyto(p.grad._data, out, casting="unsafe")
-            p.grad._version[0] += 1
+            bump(p.grad)
         elif out.any():   # (no rank had a gradient: leave it None)
             p.grad = Tensor._make(out)
 
@@ -377,7 +377,7 @@ def _write_grads(bucket: _Bucket, reduced: np.ndarray, as_view: bool) -> None:
         elif p.grad is None:
             p.grad = Tensor._make(np.array(part))
         elif as_view:   # (already the view: the backward accumulated into the bucket)
-            p.grad._version[0] += 1
+            bump(p.grad)
         else:
             np.copyto(p.grad._data, part, casting="unsafe")
-            p.grad._version[0] += 1
+            bump(p.grad)

@@ -25,7 +25,7 @@ from ..autograd.tape import grad_mode
 from .._helpers import user_location
 from ..dispatch import apply, modes, op_error
 from ..shapes import ShapedType, ShapeError, Sym, broadcast_shapes, normalize_dim, sym_slice
-from ..tensor import Tensor, as_array
+from ..tensor import Tensor, as_array, bump
 from . import creation, elementwise, reduce as red, shape as shape_ops, views
 from ._util import needs_grad, row_major, shape_of, size_cases
 from .inplace import commit_inplace, inplace, source_of, writeable
@@ -612,7 +612,7 @@ def _write_eager(x, k, value):
     v = value._data if isinstance(value, Tensor) else as_array(value, x.dtype)
     v = v.reshape(_fit_shape(tuple(v.shape), tuple(k.result_shape())))
     k.write(data, v.astype(data.dtype, copy=False))
-    x._version[0] += 1
+    bump(x)
 
 
 # -- gather / scatter family (composites of index / index_put) ---------------------------------

@@ -18,7 +18,7 @@ from .. import dtypes
 from ..autograd.tape import grad_mode, no_grad
 from ..dispatch import modes
 from ..errors import CaptureError
-from ..tensor import Tensor
+from ..tensor import MUTATIONS, Tensor, bump
 from . import views
 
 
@@ -62,7 +62,7 @@ def commit_inplace(target: Tensor, result: Tensor) -> Tensor:
         if target._alias:
             _write_alias_of_view(target, result)
         commit_write(target, result.to(target.dtype)._data)
-    target._version[0] += 1
+    bump(target)
     # (an integer or bool tensor never requires grad: ``mask.copy_(x)`` takes x's values)
     differentiable = grad_mode.enabled and target.dtype.is_floating_point
     if through is not None and differentiable and (
@@ -111,7 +111,7 @@ def commit_flat(targets, flat: Tensor) -> None:
         if (plain and t._view is None and type(t._data) is np.ndarray
                 and not (enabled and t.requires_grad and t.grad_fn is None)):
             _write(t._data, piece)
-            t._version[0] += 1
+            bump(t)
         else:
             commit_inplace(t, Tensor._make(piece))
 
@@ -163,6 +163,7 @@ def _written_through(target: Tensor, eager: bool):
     if not shares:
         target._view = target._base = None
         target._version = [target._version[0]]
+        MUTATIONS[0] += 1
         return None
     if grad_mode.enabled and root.requires_grad and root.grad_fn is None:
         raise RuntimeError(
@@ -190,6 +191,7 @@ def set_data(target: Tensor, value) -> None:
     if not modes.building_graph():
         target._data = new
         target._version = [target._version[0]]   # new storage: old aliases no longer share
+        MUTATIONS[0] += 1
         return
     new = modes.tracer.value_of(value)
     if target._alias:   # (eagerly it stops sharing; its writeback would reach the owner)
@@ -240,6 +242,7 @@ def commit_write(target: Tensor, value) -> None:
     owner = target._storage_owner(tracer._bound)   # p.data.add_(...) updates p
     tracer.note_mutation(owner)
     owner._data = target._data = value
+    MUTATIONS[0] += 1
     owner._trace_id = target._trace_id = tracer.trace_id   # (this trace's value now)
 
 

@@ -18,7 +18,7 @@ from .._helpers import format_site, user_site
 from ..autograd.tape import grad_mode
 from ..dispatch import modes
 from ..errors import CaptureError
-from ..tensor import Tensor
+from ..tensor import Tensor, bump
 from . import creation, elementwise as ew, reduce as red, shape as shape_ops
 from ._util import sum_to
 from .inplace import inplace
@@ -52,7 +52,7 @@ def _reshaped_in_place(fn):
             _keep_layout(self, result)
         self._data = result._data
         self._view = None
-        self._version[0] += 1
+        bump(self)
         if result.requires_grad:
             self.grad_fn, self._output_nr = result.grad_fn, result._output_nr
         return self

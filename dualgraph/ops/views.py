@@ -41,7 +41,7 @@ from ..dispatch import apply, modes
 from ..errors import CaptureError
 from ..graph.infer import substitute
 from ..shapes import Sym
-from ..tensor import Tensor
+from ..tensor import MUTATIONS, Tensor
 
 
 def chain_of(t: Tensor) -> tuple[list, Tensor]:
@@ -239,6 +239,7 @@ def refresh(t: Tensor) -> None:
     if modes.tracer is not None:
         modes.tracer.note_refresh(t)
         t._data, t._trace_id = fresh._data, fresh._trace_id
+        MUTATIONS[0] += 1
     t.requires_grad, t.grad_fn, t._output_nr = (fresh.requires_grad, fresh.grad_fn,
                                                 fresh._output_nr)
     t._view_version = t._version[0]

@@ -19,6 +19,7 @@ from ...autograd.tape import no_grad
 from ...dispatch import modes
 from ...ops import collective
 from ...ops.shape import cat
+from ...tensor import bump
 from ..groups import resolve
 
 
@@ -155,5 +156,5 @@ def _unpack(flat: np.ndarray, shard: list) -> None:
     for p in shard:
         n = p.numel()
         p._data[...] = flat[offset:offset + n].reshape(p._data.shape)
-        p._version[0] += 1
+        bump(p)
         offset += n

@@ -19,7 +19,7 @@ from ..._helpers import user_location
 from ...dispatch import modes, outside_trace
 from ...errors import EagerFirstCall
 from ...ops import creation
-from ...tensor import Tensor
+from ...tensor import MUTATIONS, Tensor
 from ..parameter import Parameter
 from .conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 from .linear import Linear
@@ -34,6 +34,7 @@ def _materialize(self, shape, device=None, dtype=None) -> None:
     check_device(device)
     self._data = creation.empty(tuple(shape), dtype=dtype or self.dtype)._data
     self._version = [self._version[0] + 1]
+    MUTATIONS[0] += 1
     self.__class__ = self.cls_to_become
 
 
