@@ -721,9 +721,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # (replacing pooling.max_pool_values_unrolled), simd.next_lane and next_two_lanes.
 # ops/ +2, kernels/ -2 (lead, at the merge of i-pool6): values_loop moved to
 # pool_separable (pooling imported it back: an import cycle), ops/conv.py imports it.
-CORE_BUDGET = 35_808
+# codegen/ +7 and the core +4 (issue 26, i-inmodel): buffers.aligned_empty, the planned
+# buffers on a cache line (malloc's 16 bytes past one split a 1x1's vector rows).
+CORE_BUDGET = 35_812
 BUDGETS = {".": 2_518, "amp": 320, "autograd": 1_146, "backends": 40, "capture": 5_407,
-           "cli": 320, "codegen": 1_369, "distributed": 1_730, "graph": 1_120, "kernels": 7_732,
+           "cli": 320, "codegen": 1_376, "distributed": 1_730, "graph": 1_120, "kernels": 7_732,
            "ops": 12_326, "passes": 4_199, "export": 3_876, "nn": 5_367, "optim": 1_867,
            "profiler": 440, "utils": 600, "distributions": 1_459, "func": 360}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")
