@@ -741,9 +741,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dualgraph"
 # version, which lets a compiled call's guards skip reading its frozen and captured
 # tensors when nothing changed (161 of them: 9 us a call).
 # the core +3 (lead, at the merge of i-guard2 after the others): the folders summed.
-CORE_BUDGET = 36_003
+# codegen/ +7 and the core +7 (issue 26, i-inmodel): buffers.aligned_empty, the planned
+# buffers on a cache line (malloc's 16 bytes past one split a 1x1's vector rows).
+CORE_BUDGET = 36_010
 BUDGETS = {".": 2_526, "amp": 320, "autograd": 1_238, "backends": 40, "capture": 5_418,
-           "cli": 320, "codegen": 1_369, "distributed": 1_730, "graph": 1_120, "kernels": 7_784,
+           "cli": 320, "codegen": 1_376, "distributed": 1_730, "graph": 1_120, "kernels": 7_784,
            "ops": 12_357, "passes": 4_199, "export": 3_876, "nn": 5_408, "optim": 1_867,
            "profiler": 440, "utils": 600, "distributions": 1_459, "func": 360}
 CORE = (".", "autograd", "capture", "codegen", "graph", "kernels", "ops", "passes")

@@ -40,7 +40,7 @@ from ..ops.fused import FUSED
 from ..passes import run_pipeline
 from ..shapes import ShapeError, Sym
 from . import python
-from .buffers import assign_slots, donations
+from .buffers import aligned_empty, assign_slots, donations
 
 
 class _NoBuffers:
@@ -338,14 +338,15 @@ class Executable:
 
     def _allocate(self, sizes: dict) -> list:
         """One flat array per planned buffer, as large as its largest value for these
-        sizes; each slot is a view of its buffer's front, in the value's shape."""
+        sizes, starting on a cache line (``buffers.aligned_empty``); each slot is a view
+        of its buffer's front, in the value's shape."""
         shapes = [tuple(substitute(v.shape, sizes)) for v, _ in self._slots]
         need: dict[int, tuple] = {}
         for (v, k), shape in zip(self._slots, shapes):
             n = int(np.prod(shape, dtype=np.int64))
             dtype, have = need.get(k, (v.dtype, 0))
             need[k] = (dtype, max(have, n))
-        flat = {k: np.empty(n, dtype) for k, (dtype, n) in need.items()}
+        flat = {k: aligned_empty(n, dtype) for k, (dtype, n) in need.items()}
         return [flat[k][:int(np.prod(shape, dtype=np.int64))].reshape(shape)
                 for (v, k), shape in zip(self._slots, shapes)]
 
