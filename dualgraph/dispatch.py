@@ -88,6 +88,9 @@ class _Autocast(threading.local):
 
 
 autocast = _Autocast()
+# torch's switch for the inference fast path of MultiheadAttention and TransformerEncoder
+# (``dg.backends.mha`` sets it; nn/encoder_fastpath.py reads it): a mode traces depend on
+mha_fastpath = [True]
 # the dtypes autocast converts: float64 is left alone (as PyTorch does), integers and bool
 # are never cast
 AUTOCAST_FROM = frozenset(np.dtype(t) for t in ("float16", "float32", dtypes.bfloat16_np))

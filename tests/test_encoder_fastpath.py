@@ -85,6 +85,9 @@ def test_fast_path_switch_and_compiled_model():
         want = _run(torch, theirs, x, RIGHT)
         np.testing.assert_allclose(_run(dg, ours, x, RIGHT), want, rtol=1e-4, atol=1e-5)
         assert not np.all(want[2, 1:] == want[2, 1])
+        for _ in range(2):   # (the switch is a guard: the graph traced with it on is stale)
+            np.testing.assert_allclose(_run(dg, compiled, x, RIGHT), want, rtol=1e-4,
+                                       atol=1e-5)
     finally:
         torch.backends.mha.set_fastpath_enabled(True)
         dg.backends.mha.set_fastpath_enabled(True)

@@ -1,13 +1,13 @@
 """``dg.backends.mha``: torch's switch for the fast path of ``MultiheadAttention`` and
 ``TransformerEncoder`` in inference. dualgraph has one path; the switch decides only
 whether ``TransformerEncoder`` zeroes its padded positions as torch's nested tensors do
-(nn/encoder_fastpath.py, which keeps the switch)."""
-from ..nn import encoder_fastpath
+(nn/encoder_fastpath.py). Compiled graphs are guarded on it (capture/guards.py)."""
+from ..dispatch import mha_fastpath
 
 
 def get_fastpath_enabled() -> bool:
-    return encoder_fastpath.fastpath_enabled[0]
+    return mha_fastpath[0]
 
 
 def set_fastpath_enabled(value: bool) -> None:
-    encoder_fastpath.fastpath_enabled[0] = bool(value)
+    mha_fastpath[0] = bool(value)

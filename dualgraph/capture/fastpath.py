@@ -10,7 +10,7 @@ directly. For ``nn.Linear(784, 10)`` in eval mode, called on a (1, 784) tensor u
 ``no_grad``, it writes::
 
     def fast_call(args, kwargs):
-        if kwargs or len(args) != 1 or modes.tracer is not None or dispatch.profiler is not None or grad_mode.enabled is not False or default_float() != traced_float:
+        if kwargs or len(args) != 1 or modes.tracer is not None or dispatch.profiler is not None or grad_mode.enabled is not False or default_float() != traced_float or mha_fastpath[0] is not True:
             return MISS
         if autocast.dtype is not None:
             return MISS
@@ -106,7 +106,7 @@ from .. import dispatch
 from .. import dtypes
 from ..autograd.tape import grad_mode
 from ..codegen.python import compile_source
-from ..dispatch import autocast, modes
+from ..dispatch import autocast, mha_fastpath, modes
 from ..tensor import MUTATIONS, Tensor
 from .guards import optimizer_facts
 from .pyvalues import read
@@ -120,7 +120,8 @@ def fast_path(compiled, entry, sig):
     entry needs the general path (see the module docstring)."""
     if not applies(compiled, entry, sig):
         return None
-    spec, facts, (grad_enabled, low, default_float), module_facts, optimizer_state, values = sig
+    spec, facts, (grad_enabled, low, default_float, fastpath), module_facts, optimizer_state, \
+        values = sig
     exe, capture = entry.executable, entry.capture
     names = {"MISS": MISS, "modes": modes, "dispatch": dispatch, "grad_mode": grad_mode,
              "Tensor": Tensor, "autocast": autocast, "make": Tensor._make,
@@ -128,12 +129,13 @@ def fast_path(compiled, entry, sig):
              "facts": compiled._module_facts, "module_facts": module_facts,
              "optimizer_facts": optimizer_facts, "optimizers": compiled._optimizers,
              "optimizer_state": optimizer_state, "default_float": dtypes.default_float,
-             "traced_float": dtypes.to_np(default_float)}
+             "traced_float": dtypes.to_np(default_float), "mha_fastpath": mha_fastpath}
     # (a profiler times the nodes: the general path runs the timed copy of the code)
     lines = [f"if kwargs or len(args) != {len(facts)} or modes.tracer is not None"
              " or dispatch.profiler is not None"
              f" or grad_mode.enabled is not {bool(grad_enabled)}"
-             " or default_float() != traced_float:",
+             " or default_float() != traced_float"
+             f" or mha_fastpath[0] is not {bool(fastpath)}:",
              "    return MISS"]
     if low is not None:   # (the usual call runs without autocast: one check of None)
         names["low"] = dtypes.to_np(low)

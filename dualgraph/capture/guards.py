@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from .. import dtypes
 from ..autograd.tape import grad_mode
-from ..dispatch import autocast
+from ..dispatch import autocast, mha_fastpath
 from ..tensor import Tensor
 from .pyvalues import ABSENT, INPUT, Slot, fact, is_scalar, object_scalars, read
 
@@ -193,15 +193,16 @@ def _aliases(leaves, facts: tuple) -> tuple:
 
 def mode_facts() -> tuple:
     """The modes a trace depends on: grad mode, the dtype autocast casts to (None when it
-    is off), and the default float dtype (``dg.set_default_dtype``'s) that creation ops and
-    Python floats take."""
+    is off), the default float dtype (``dg.set_default_dtype``'s) that creation ops and
+    Python floats take, and torch's attention fast-path switch (``dg.backends.mha``:
+    whether a ``TransformerEncoder`` zeroes its padded positions)."""
     return (grad_mode.enabled, None if autocast.dtype is None else autocast.dtype.name,
-            dtypes.default_float().name)
+            dtypes.default_float().name, mha_fastpath[0])
 
 
 def describe_guards(sig, leaf_names: list, slots=()) -> list[str]:
     """The guards of a signature, as lines a user can read."""
-    spec, facts, (grad_enabled, low, default_float), mod, opts, values = sig
+    spec, facts, (grad_enabled, low, default_float, fastpath), mod, opts, values = sig
     lines = []
     for name, leaf in zip(leaf_names, facts):
         if leaf[0] == "alias":
@@ -222,6 +223,8 @@ def describe_guards(sig, leaf_names: list, slots=()) -> list[str]:
     lines.append(f"autocast to {low}" if low else "autocast off")
     if default_float != "float32":
         lines.append(f"default dtype {default_float}")
+    if not fastpath:
+        lines.append("dg.backends.mha fast path disabled")
     if mod:
         lines.append("module training flags, parameter and tensor-attribute identities and the "
                      f"{len(mod[2])} Python scalar attributes of the modules")
@@ -298,6 +301,9 @@ def explain_miss(new, old, leaf_names: list, slots=()) -> tuple[str, str]:
     if new[2][1] != old[2][1]:
         return (f"autocast changed from {old[2][1] or 'off'} to {new[2][1] or 'off'}",
                 "expected: one graph per autocast setting (its casts are graph nodes)")
+    if new[2][3] != old[2][3]:
+        return ("dg.backends.mha.set_fastpath_enabled changed", "expected: one graph per "
+                "setting (a TransformerEncoder's padded positions are zero only with it)")
     if new[2] != old[2]:
         return (f"the default dtype changed from {old[2][2]} to {new[2][2]} "
                 "(dg.set_default_dtype)", "expected: one graph per default dtype (new "

@@ -12,12 +12,10 @@ same positions under the same conditions (:func:`nested_fast_path` and
 from __future__ import annotations
 
 from ..autograd.tape import is_grad_enabled
-from ..dispatch import autocast
+from ..dispatch import autocast, mha_fastpath
 from ..ops import elementwise as ew
 
 _RELU_OR_GELU = ("relu", "gelu", "ReLU", "GELU")
-# torch's switch for its fast path (``dg.backends.mha.set_fastpath_enabled``, which sets it)
-fastpath_enabled = [True]
 
 
 def why_not_nested(layer) -> str:
@@ -40,7 +38,7 @@ def nested_fast_path(encoder, src, mask, src_key_padding_mask) -> bool:
     (leaving aside the padding's alignment, which :func:`zero_padded` checks in the
     tensors)."""
     first = encoder.layers[0]
-    if (not fastpath_enabled[0] or not getattr(encoder, "use_nested_tensor", False)
+    if (not mha_fastpath[0] or not getattr(encoder, "use_nested_tensor", False)
             or first.training or src.dim() != 3 or src_key_padding_mask is None
             or mask is not None or autocast.dtype is not None):
         return False
